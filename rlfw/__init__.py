@@ -1,0 +1,1 @@
+"""rlfw: RL post-training of vision-language models on multi-turn environments."""

@@ -1,0 +1,93 @@
+"""The one place that turns config into objects: envs, the starting model, the logger.
+
+Below this module code receives objects and dataclasses, never a DictConfig.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import random
+from pathlib import Path
+from typing import Callable
+
+import gymnasium as gym
+
+from rlfw.config import Config, EnvConfig, ModelConfig
+
+# Fields of EnvConfig the framework consumes itself; every other field of an env schema is an env kwarg.
+_FRAMEWORK_ENV_FIELDS = {"name", "id", "module", "history", "max_new_tokens", "max_episode_tokens", "eval_set", "kwargs"}
+
+
+def env_kwargs(env: EnvConfig) -> dict:
+    """Keyword arguments for gymnasium.make: the schema's env-specific fields, max_turns, kwargs."""
+    out = {f.name: getattr(env, f.name) for f in dataclasses.fields(env) if f.name not in _FRAMEWORK_ENV_FIELDS}
+    out.update(env.kwargs)
+    return out
+
+
+def make_env_fn(env: EnvConfig) -> Callable[[], gym.Env]:
+    """A factory for the configured env; imports `envs` and the user's `env.module` first."""
+    import envs
+
+    if env.module:
+        envs.import_env_module(env.module)
+    if env.id not in gym.registry:
+        raise ValueError(f"env.id={env.id!r} is not registered; registered rlfw envs: {envs.list_envs()}"
+                         + ("" if env.module else " (set env.module=<your.module> to import your own)"))
+    kwargs = env_kwargs(env)
+    return lambda: gym.make(env.id, **kwargs)
+
+
+def env_corpus(make_env: Callable[[], gym.Env], n_resets: int = 8) -> tuple[list[str], list[str], int]:
+    """Text the env produces (prompts and feedback), its action strings, and its image side in px."""
+    env = make_env()
+    corpus = ["system", "user", "assistant"]
+    actions = list(getattr(env.unwrapped, "action_strings", []))
+    image_px = 0
+    for seed in range(n_resets):
+        obs, _ = env.reset(seed=seed)
+        corpus.append(obs["text"])
+        image_px = obs["image"].shape[0]
+        for action in actions + ["", "?"]:
+            corpus.append(env.step(action)[0]["text"])
+    env.close()
+    return corpus, actions, image_px
+
+
+def prepare_base_model(model: ModelConfig, make_env: Callable[[], gym.Env], out_dir: Path, seed: int) -> str:
+    """Return a checkpoint path: `model.path`, or a freshly built tiny_vl saved under out_dir."""
+    if model.path:
+        return model.path
+    from rlfw.models.tiny_vl import build_tiny_vl
+
+    path = out_dir / "base_model"
+    if not (path / "config.json").exists():
+        corpus, actions, image_px = env_corpus(make_env)
+        net, processor = build_tiny_vl(model.tiny, corpus, actions, image_px, seed=seed)
+        net.save_pretrained(str(path))
+        processor.save_pretrained(path)
+    return str(path)
+
+
+def build_policy_model(model: ModelConfig, path: str):
+    """Load the checkpoint at `path` and wrap it with the configured LoRA (rank 0: full fine-tuning)."""
+    from rlfw.models import apply_lora, load_policy
+
+    net, processor = load_policy(path, model.dtype)
+    lora = model.lora
+    return apply_lora(net, lora.rank, lora.alpha, lora.dropout, lora.target_modules), processor
+
+
+def seed_everything(seed: int) -> None:
+    import numpy as np
+    import torch
+
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+
+
+def build_logger(cfg: Config, out_dir: Path):
+    from rlfw.logging import MetricLogger
+
+    return MetricLogger(cfg.logger, out_dir, total_steps=cfg.trainer.total_steps, run_config=cfg)

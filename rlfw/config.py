@@ -1,0 +1,280 @@
+"""Typed configuration schemas, registered in Hydra's ConfigStore.
+
+Every YAML file under `conf/` extends one of these schemas through its defaults list
+(`defaults: [base_algo, _self_]`), so a mistyped key or a wrongly typed override fails while the
+config is composed, before anything runs. Cross-field checks that a schema cannot express live in
+`validate()`, which the entry points call first; its messages say how to fix the config.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+from hydra.core.config_store import ConfigStore
+from omegaconf import MISSING
+
+from rlfw.models.tiny_vl import TinyVLSpec
+
+
+@dataclass
+class AlgoConfig:
+    """The RL algorithm: a GRPO variant is a choice of registered estimator, loss and reduction."""
+
+    name: str = MISSING
+    """Preset name, for logs."""
+    advantage_estimator: str = "grpo"
+    """Registered advantage estimator (`rlfw.algos.list_adv_ests()`): grpo, dr_grpo, rloo."""
+    policy_loss_type: str = "ppo"
+    """Registered policy loss (`rlfw.algos.list_policy_losses()`): ppo (token ratio), gspo (sequence ratio)."""
+    loss_reduction: str = "token-mean"
+    """How token losses become one number: token-mean, seq-mean-token-mean, seq-mean-token-sum."""
+    n_samples_per_prompt: int = 8
+    """Episodes sampled per task (the GRPO group size)."""
+    train_batch_size: int = 8
+    """Tasks (prompts) per training step; the step collects train_batch_size * n_samples_per_prompt episodes."""
+    mini_batch_size: int = 8
+    """Tasks per optimizer step; must divide train_batch_size. Equal to it means one update per epoch."""
+    micro_batch_size: int = 16
+    """Sequences per forward/backward pass (gradient accumulation inside a mini-batch)."""
+    update_epochs: int = 1
+    """Passes over each step's data."""
+    lr: float = 1e-4
+    """Peak learning rate of AdamW."""
+    lr_schedule: str = "constant"
+    """After warmup: constant or cosine (to lr * min_lr_ratio at trainer.total_steps)."""
+    warmup_steps: int = 0
+    """Linear warmup, in optimizer steps."""
+    min_lr_ratio: float = 0.0
+    """Floor of the cosine schedule as a fraction of lr."""
+    weight_decay: float = 0.0
+    """AdamW weight decay."""
+    max_grad_norm: float = 1.0
+    """Gradient clipping by global norm; <= 0 disables clipping."""
+    eps_clip_low: float = 0.2
+    """Lower clip range: the ratio is clipped at 1 - eps_clip_low."""
+    eps_clip_high: float = 0.2
+    """Upper clip range (DAPO's clip-higher raises it): the ratio is clipped at 1 + eps_clip_high."""
+    use_kl_loss: bool = False
+    """Add kl_loss_coef * KL(policy || reference) to the loss. With LoRA the reference is the base model."""
+    kl_loss_coef: float = 0.001
+    """Weight of the KL term when use_kl_loss is true."""
+    kl_estimator_type: str = "k3"
+    """Per-token KL estimator: k1, k2 or k3 (Schulman's approximations)."""
+    entropy_coef: float = 0.0
+    """Entropy bonus weight (0 disables; the entropy is still logged)."""
+    dynamic_sampling: str = "off"
+    """DAPO dynamic sampling of groups whose rewards are all equal: off, drop, or resample."""
+    max_sample_rounds: int = 3
+    """With dynamic_sampling=resample: most rollout rounds per step to fill the batch."""
+    temperature: float = 1.0
+    """Sampling temperature of training rollouts."""
+    top_p: float = 1.0
+    """Nucleus sampling of training rollouts (1.0 = off; keep 1.0 so engine log-probs are the policy's)."""
+
+
+@dataclass
+class EnvConfig:
+    """The environment: any registered rlfw env id, plus what the rollout loop needs to know."""
+
+    name: str = MISSING
+    """Preset name, for logs and eval metric names (eval/<name>/pass_at_1)."""
+    id: str = MISSING
+    """Registered Gymnasium id, e.g. rlfw/Maze2D-v0 (`python -m envs` lists them)."""
+    module: Optional[str] = None
+    """Python module to import before gymnasium.make, where a user's env registers itself."""
+    max_turns: int = 20
+    """Turns per episode (a stop counts as a turn). Passed to the env and enforced by the loop."""
+    history: str = "none"
+    """What the model sees each turn: none (task prompt + current observation) or full (whole conversation)."""
+    max_new_tokens: int = 8
+    """Per-turn generation limit in tokens."""
+    max_episode_tokens: int = 4096
+    """Per-episode token limit (prompt + generated); an episode that reaches it is truncated."""
+    eval_set: str = "eval64"
+    """Named evaluation set (envs.eval_sets), evaluated greedily every trainer.eval_interval steps."""
+    kwargs: dict[str, Any] = field(default_factory=dict)
+    """Extra keyword arguments for gymnasium.make (for envs without a typed schema of their own)."""
+
+
+@dataclass
+class MazeEnvConfig(EnvConfig):
+    """VisGym-style 2D maze (rlfw/Maze2D-v0)."""
+
+    difficulty: str = "easy"
+    """easy (9x9 grid) or hard (11x11)."""
+    cell_px: int = 8
+    """Pixels per grid square; match the vision patch size so one patch is one square."""
+    action_format: str = "visgym"
+    """visgym: ('move', d) / ('stop', 'stop');  tagged: <action>right</action>."""
+
+
+@dataclass
+class LoraConfig:
+    rank: int = 16
+    """LoRA rank; 0 means full fine-tuning."""
+    alpha: int = 32
+    """LoRA scaling numerator (scale = alpha / rank)."""
+    dropout: float = 0.0
+    """Dropout on the LoRA path."""
+    target_modules: list[str] = field(
+        default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
+    )
+    """Module names (language model) that get adapters."""
+
+
+@dataclass
+class ModelConfig:
+    name: str = MISSING
+    """Preset name, for logs."""
+    path: Optional[str] = None
+    """Local checkpoint folder or hub id. None builds the tiny policy from `tiny` (random init)."""
+    tiny: TinyVLSpec = field(default_factory=TinyVLSpec)
+    """Architecture used when path is None."""
+    lora: LoraConfig = field(default_factory=LoraConfig)
+    """Adapter settings."""
+    dtype: str = "float32"
+    """Training dtype: float32 or bfloat16."""
+
+
+@dataclass
+class ClusterConfig:
+    name: str = MISSING
+    """Preset name."""
+    num_engines: int = 1
+    """Rollout engine workers."""
+    engine_backend: str = "transformers"
+    """transformers (CPU or GPU) or vllm (GPU, optional extra)."""
+    colocate_all: bool = True
+    """Place the trainer and the engines on the same bundles; engines sleep while the trainer updates."""
+    cpus_per_worker: int = 1
+    """CPUs reserved per worker bundle."""
+    gpus_per_worker: float = 0.0
+    """GPUs reserved per worker bundle."""
+    torch_threads: int = 1
+    """torch.set_num_threads in each worker (1 is fastest on small CPUs)."""
+    placement_timeout_s: float = 60.0
+    """Seconds to wait for the placement group before failing with a clear message."""
+    ray_address: Optional[str] = None
+    """Ray cluster to join; None starts Ray on this machine."""
+
+
+@dataclass
+class WandbConfig:
+    mode: str = "offline"
+    """online, offline or disabled."""
+    project: str = "rlfw"
+    """wandb project name."""
+
+
+@dataclass
+class LoggerConfig:
+    name: str = MISSING
+    """Preset name."""
+    console: bool = True
+    """Progress bar and per-step summary line."""
+    tensorboard: bool = True
+    """Write TensorBoard event files under the run folder."""
+    wandb: WandbConfig = field(default_factory=WandbConfig)
+    """Weights & Biases."""
+    jsonl: bool = True
+    """Write every metric to metrics.jsonl in the run folder."""
+
+
+@dataclass
+class TrainerConfig:
+    total_steps: int = 20
+    """Training steps (one rollout batch and its updates each)."""
+    eval_interval: int = 5
+    """Evaluate every this many steps (and before training); 0 disables."""
+    eval_before_train: bool = True
+    """Evaluate the starting policy."""
+    ckpt_interval: int = 0
+    """Save a checkpoint every this many steps; 0 disables."""
+    output_dir: str = "${hydra:runtime.output_dir}"
+    """Run folder (metrics, eval trajectories, checkpoints)."""
+    lora_sync_path: str = "${trainer.output_dir}/lora_sync"
+    """Shared storage through which the trainer hands the adapter to the engines after each step."""
+    eval_save_episodes: int = 4
+    """Evaluation episodes saved with images (GIF) per evaluation; all are saved as JSONL."""
+
+
+@dataclass
+class Config:
+    algo: AlgoConfig = MISSING
+    env: EnvConfig = MISSING
+    model: ModelConfig = MISSING
+    cluster: ClusterConfig = MISSING
+    logger: LoggerConfig = MISSING
+    trainer: TrainerConfig = field(default_factory=TrainerConfig)
+    seed: int = 0
+    """Seed of every random stream (Python, NumPy, torch, environments)."""
+
+
+def register_configs() -> None:
+    cs = ConfigStore.instance()
+    cs.store(name="base_config", node=Config)
+    cs.store(group="algo", name="base_algo", node=AlgoConfig)
+    cs.store(group="env", name="base_env", node=EnvConfig)
+    cs.store(group="env", name="base_maze_env", node=MazeEnvConfig)
+    cs.store(group="model", name="base_model", node=ModelConfig)
+    cs.store(group="cluster", name="base_cluster", node=ClusterConfig)
+    cs.store(group="logger", name="base_logger", node=LoggerConfig)
+
+
+class ConfigError(ValueError):
+    """A configuration that cannot run; the message says how to fix it."""
+
+
+def _choice(value: str, valid: list[str], key: str) -> list[str]:
+    return [] if value in valid else [f"{key}={value!r} is not one of {valid}"]
+
+
+def validate(cfg: Config) -> None:
+    """Check cross-field invariants up front; raise ConfigError listing every problem found."""
+    from rlfw.algos import list_adv_ests, list_policy_losses
+
+    a, e, c = cfg.algo, cfg.env, cfg.cluster
+    errs: list[str] = []
+    errs += _choice(a.advantage_estimator, list_adv_ests(), "algo.advantage_estimator")
+    errs += _choice(a.policy_loss_type, list_policy_losses(), "algo.policy_loss_type")
+    errs += _choice(a.loss_reduction, ["token-mean", "seq-mean-token-mean", "seq-mean-token-sum"], "algo.loss_reduction")
+    errs += _choice(a.kl_estimator_type, ["k1", "k2", "k3"], "algo.kl_estimator_type")
+    errs += _choice(a.dynamic_sampling, ["off", "drop", "resample"], "algo.dynamic_sampling")
+    errs += _choice(a.lr_schedule, ["constant", "cosine"], "algo.lr_schedule")
+    errs += _choice(e.history, ["none", "full"], "env.history")
+    errs += _choice(c.engine_backend, ["transformers", "vllm"], "cluster.engine_backend")
+    errs += _choice(cfg.model.dtype, ["float32", "bfloat16"], "model.dtype")
+    if a.n_samples_per_prompt < 2:
+        errs.append(
+            f"algo.n_samples_per_prompt={a.n_samples_per_prompt}: group-relative advantages need at least 2 "
+            "samples per prompt; set algo.n_samples_per_prompt>=2"
+        )
+    if a.train_batch_size < 1 or a.mini_batch_size < 1 or a.train_batch_size % a.mini_batch_size:
+        errs.append(
+            f"algo.mini_batch_size={a.mini_batch_size} must be >= 1 and divide algo.train_batch_size="
+            f"{a.train_batch_size}; e.g. set algo.mini_batch_size={a.train_batch_size}"
+        )
+    for key, val in [("algo.micro_batch_size", a.micro_batch_size), ("algo.update_epochs", a.update_epochs),
+                     ("env.max_turns", e.max_turns), ("env.max_new_tokens", e.max_new_tokens),
+                     ("cluster.num_engines", c.num_engines), ("cluster.torch_threads", c.torch_threads),
+                     ("trainer.total_steps", cfg.trainer.total_steps)]:
+        if val < 1:
+            errs.append(f"{key}={val} must be >= 1")
+    if a.lr <= 0:
+        errs.append(f"algo.lr={a.lr} must be > 0")
+    if not (0 <= a.eps_clip_low < 1) or a.eps_clip_high < 0:
+        errs.append(f"clip ranges must satisfy 0 <= algo.eps_clip_low < 1 and algo.eps_clip_high >= 0 "
+                    f"(got {a.eps_clip_low}, {a.eps_clip_high})")
+    if a.temperature <= 0:
+        errs.append(f"algo.temperature={a.temperature} must be > 0 (evaluation is greedy on its own)")
+    if not 0 < a.top_p <= 1:
+        errs.append(f"algo.top_p={a.top_p} must be in (0, 1]")
+    if cfg.model.lora.rank < 0:
+        errs.append(f"model.lora.rank={cfg.model.lora.rank} must be >= 0 (0 = full fine-tuning)")
+    if cfg.trainer.eval_interval < 0 or cfg.trainer.ckpt_interval < 0:
+        errs.append("trainer.eval_interval and trainer.ckpt_interval must be >= 0 (0 disables)")
+    if c.engine_backend == "vllm" and c.gpus_per_worker <= 0:
+        errs.append("cluster.engine_backend=vllm needs GPUs: set cluster.gpus_per_worker>0 or use engine_backend=transformers")
+    if errs:
+        raise ConfigError("invalid config:\n  - " + "\n  - ".join(errs))

@@ -1,0 +1,1 @@
+"""Where the policy trainer and the rollout engines run: in this process, or as Ray actors."""

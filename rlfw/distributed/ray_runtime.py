@@ -1,0 +1,88 @@
+"""Ray placement: one placement group sized from the config, the trainer and engines as actors.
+
+With `cluster.colocate_all=true` the trainer shares bundle 0 with the first engine (on GPUs the
+engines sleep while the trainer updates); otherwise every worker gets its own bundle. A placement
+group that cannot be placed fails after `cluster.placement_timeout_s` with the resources it asked
+for and what the cluster has, instead of hanging.
+"""
+
+from __future__ import annotations
+
+import os
+
+import ray
+from ray.util.placement_group import placement_group, remove_placement_group
+from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+from rlfw.config import Config
+from rlfw.distributed.workers import EnginePool, EngineWorker, PolicyWorker
+
+
+class PlacementError(RuntimeError):
+    pass
+
+
+class _Proxy:
+    """Synchronous method calls on a Ray actor: proxy.update(x) == ray.get(actor.update.remote(x))."""
+
+    def __init__(self, actor):
+        self.actor = actor
+
+    def __getattr__(self, name):
+        method = getattr(self.actor, name)
+        return lambda *args, **kwargs: ray.get(method.remote(*args, **kwargs))
+
+
+def _ray_call(calls):
+    return ray.get([getattr(actor, method).remote(*args) for actor, method, args in calls])
+
+
+def bundles_for(cfg: Config) -> list[dict[str, float]]:
+    c = cfg.cluster
+    bundle = {"CPU": float(c.cpus_per_worker)}
+    if c.gpus_per_worker > 0:
+        bundle["GPU"] = float(c.gpus_per_worker)
+    n = c.num_engines if c.colocate_all else c.num_engines + 1
+    return [dict(bundle) for _ in range(n)]
+
+
+class RayRuntime:
+    def __init__(self, cfg: Config, model_path: str, optimizer_steps: int):
+        c = cfg.cluster
+        if not ray.is_initialized():
+            os.environ.setdefault("RAY_DEDUP_LOGS", "0")
+            kwargs = {"address": c.ray_address} if c.ray_address else {"num_cpus": os.cpu_count()}
+            ray.init(include_dashboard=False, log_to_driver=True, configure_logging=False, **kwargs)
+        bundles = bundles_for(cfg)
+        self.pg = placement_group(bundles, strategy="PACK")
+        if not self.pg.wait(timeout_seconds=c.placement_timeout_s):
+            remove_placement_group(self.pg)
+            raise PlacementError(
+                f"could not place {len(bundles)} bundles of {bundles[0]} within {c.placement_timeout_s}s; the "
+                f"cluster has {ray.available_resources()}. Lower cluster.num_engines or cluster.cpus_per_worker/"
+                "gpus_per_worker, or set cluster.colocate_all=true."
+            )
+        share = 2 if c.colocate_all else 1  # colocated workers split their bundle
+
+        def opts(index: int):
+            return dict(
+                num_cpus=c.cpus_per_worker / share,
+                num_gpus=c.gpus_per_worker / share,
+                scheduling_strategy=PlacementGroupSchedulingStrategy(self.pg, placement_group_bundle_index=index),
+            )
+
+        self.policy_actor = ray.remote(PolicyWorker).options(**opts(0)).remote(
+            cfg.model, cfg.algo, model_path, optimizer_steps, cfg.seed, c.torch_threads)
+        first = 0 if c.colocate_all else 1
+        self.engine_actors = [
+            ray.remote(EngineWorker).options(**opts(first + i)).remote(cfg.model, model_path, c.torch_threads,
+                                                                       c.engine_backend)
+            for i in range(c.num_engines)
+        ]
+        self.policy = _Proxy(self.policy_actor)
+        self.engine = EnginePool(self.engine_actors, _ray_call)
+
+    def shutdown(self) -> None:
+        for actor in [self.policy_actor, *self.engine_actors]:
+            ray.kill(actor)
+        remove_placement_group(self.pg)

@@ -1,0 +1,93 @@
+"""The two kinds of worker: the policy trainer and a rollout engine.
+
+Each builds its own copy of the model from the same checkpoint path (and the same LoRA config),
+so they can live in separate processes; afterwards only adapters travel, through shared storage.
+The same classes run in-process (tests, debugging) or as Ray actors (`rlfw.distributed.ray_runtime`).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from rlfw.config import AlgoConfig, ModelConfig
+from rlfw.rollout.types import Completion, Prompt, SamplingParams, Segment
+
+
+def _threads(n: int) -> None:
+    torch.set_num_threads(n)
+
+
+class PolicyWorker:
+    def __init__(self, model_cfg: ModelConfig, algo: AlgoConfig, path: str, optimizer_steps: int,
+                 seed: int, torch_threads: int):
+        from rlfw.build import build_policy_model, seed_everything
+        from rlfw.policy import PolicyTrainer
+
+        _threads(torch_threads)
+        seed_everything(seed)
+        model, processor = build_policy_model(model_cfg, path)
+        self.trainer = PolicyTrainer(model, processor, algo, optimizer_steps, seed=seed)
+
+    def update(self, segments: list[Segment], advantages: list[float], groups: list[int]) -> dict[str, float]:
+        return self.trainer.update(segments, advantages, groups)
+
+    def save_weights(self, sync_root: str, version: int) -> str:
+        return str(self.trainer.save_weights(sync_root, version))
+
+    def logprobs(self, segments: list[Segment]) -> list[list[float]]:
+        return [lp.tolist() for lp in self.trainer.logprobs(segments)]
+
+    def trainable_state(self) -> dict[str, torch.Tensor]:
+        return {n: p.detach().clone() for n, p in self.trainer.model.named_parameters() if p.requires_grad}
+
+
+class EngineWorker:
+    def __init__(self, model_cfg: ModelConfig, path: str, torch_threads: int, backend: str = "transformers"):
+        from rlfw.build import build_policy_model
+        from rlfw.rollout.engine import TransformersEngine
+
+        _threads(torch_threads)
+        if backend != "transformers":
+            raise NotImplementedError(f"engine backend {backend!r} is not available in this build")
+        model, processor = build_policy_model(model_cfg, path)
+        self.engine = TransformersEngine(model.requires_grad_(False), processor)
+
+    def generate(self, prompts: list[Prompt], params: SamplingParams) -> list[Completion]:
+        return self.engine.generate(prompts, params)
+
+    def load_weights(self, path: str) -> int:
+        return self.engine.load_weights(path)
+
+    def sleep(self) -> None:
+        self.engine.sleep()
+
+    def wake_up(self) -> None:
+        self.engine.wake_up()
+
+
+class EnginePool:
+    """Several engines behind the single-engine interface: a batch is split evenly across them."""
+
+    def __init__(self, engines: list, call):
+        self.engines = engines
+        self._call = call  # call(list_of_(engine, method, args)) -> list of results, run concurrently
+
+    def generate(self, prompts: list[Prompt], params: SamplingParams) -> list[Completion]:
+        n = len(self.engines)
+        size = -(-len(prompts) // n)
+        parts = [(e, "generate", (prompts[i * size:(i + 1) * size], params)) for i, e in enumerate(self.engines)]
+        parts = [p for p in parts if p[2][0]]
+        return [c for chunk in self._call(parts) for c in chunk]
+
+    def load_weights(self, path: str) -> list[int]:
+        return self._call([(e, "load_weights", (path,)) for e in self.engines])
+
+    def sleep(self) -> None:
+        self._call([(e, "sleep", ()) for e in self.engines])
+
+    def wake_up(self) -> None:
+        self._call([(e, "wake_up", ()) for e in self.engines])
+
+
+def call_in_process(calls):
+    return [getattr(obj, method)(*args) for obj, method, args in calls]

@@ -1,0 +1,104 @@
+"""Metric logging: console progress bar, metrics.jsonl, TensorBoard and wandb behind one object.
+
+Backends that are switched off are simply absent from `self.sinks`, so the training loop calls
+`log(step, metrics)` without any `if wandb` branches. Metric names are namespaced
+(`train/`, `eval/`, `timing/`, `policy/`).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+from rlfw.config import LoggerConfig
+
+
+class _Jsonl:
+    def __init__(self, path: Path):
+        self.f = open(path, "a", buffering=1)
+
+    def log(self, step: int, metrics: dict[str, float]) -> None:
+        self.f.write(json.dumps({"step": step, **metrics}) + "\n")
+
+    def close(self) -> None:
+        self.f.close()
+
+
+class _TensorBoard:
+    def __init__(self, path: Path):
+        from torch.utils.tensorboard import SummaryWriter
+
+        self.w = SummaryWriter(str(path))
+
+    def log(self, step: int, metrics: dict[str, float]) -> None:
+        for k, v in metrics.items():
+            self.w.add_scalar(k, v, step)
+        self.w.flush()
+
+    def close(self) -> None:
+        self.w.close()
+
+
+class _Wandb:
+    def __init__(self, cfg: LoggerConfig, out_dir: Path, run_config: Any):
+        import wandb
+        from omegaconf import OmegaConf
+
+        config = OmegaConf.to_container(OmegaConf.structured(run_config), resolve=False) if run_config else None
+        self.run = wandb.init(project=cfg.wandb.project, mode=cfg.wandb.mode, dir=str(out_dir), config=config)
+
+    def log(self, step: int, metrics: dict[str, float]) -> None:
+        self.run.log(metrics, step=step)
+
+    def close(self) -> None:
+        self.run.finish()
+
+
+class MetricLogger:
+    def __init__(self, cfg: LoggerConfig, out_dir: Path, total_steps: int, run_config: Any = None):
+        self.sinks: list = []
+        if cfg.jsonl:
+            self.sinks.append(_Jsonl(out_dir / "metrics.jsonl"))
+        if cfg.tensorboard:
+            self.sinks.append(_TensorBoard(out_dir / "tensorboard"))
+        if cfg.wandb.mode != "disabled":
+            self.sinks.append(_Wandb(cfg, out_dir, run_config))
+        self.bar = None
+        if cfg.console:
+            from tqdm import tqdm
+
+            self.bar = tqdm(total=total_steps, desc="train", unit="step", dynamic_ncols=True)
+        self.last: dict[str, float] = {}
+
+    def log(self, step: int, metrics: dict[str, float]) -> None:
+        metrics = {k: float(v) for k, v in metrics.items() if v is not None and math.isfinite(float(v))}
+        self.last.update(metrics)
+        for sink in self.sinks:
+            sink.log(step, metrics)
+
+    def progress(self, step: int) -> None:
+        """Advance the bar to `step` and show the headline numbers."""
+        if self.bar is None:
+            return
+        keys = {"reward": "train/reward_mean", "solved": "train/success_rate", "pass@1": None}
+        shown = {k: f"{self.last[v]:.3f}" for k, v in keys.items() if v and v in self.last}
+        evals = [k for k in self.last if k.startswith("eval/") and k.endswith("/pass_at_1") and "/all/" in k]
+        if evals:
+            shown["pass@1"] = f"{self.last[evals[0]]:.3f}"
+        self.bar.set_postfix(shown)
+        self.bar.n = step
+        self.bar.refresh()
+
+    def message(self, text: str) -> None:
+        if self.bar is not None:
+            self.bar.write(text)
+        else:
+            print(text, flush=True)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+        for sink in self.sinks:
+            sink.close()

@@ -1,0 +1,117 @@
+"""Turn chat messages and images into the token ids and pixel tensors a Qwen-VL policy reads.
+
+`PolicyProcessor` pairs a tokenizer (with a chat template) and a Qwen2-VL-style image processor,
+the two pieces every Qwen2/2.5/3-VL checkpoint ships. It renders each message on its own, so a
+conversation's ids are the concatenation of its messages' ids: the multi-turn rollout appends a
+turn's ids to what the model already saw and generated (token in, token out), and training sees
+exactly the tokens that were sampled, never a re-tokenisation of decoded text.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+from transformers import AutoTokenizer, PreTrainedTokenizerBase
+from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import Qwen2VLImageProcessorPil
+
+
+@dataclass
+class ImageFeatures:
+    """Vision-tower input for one image."""
+
+    pixel_values: torch.Tensor  # [n_patches, C * temporal * patch * patch]
+    grid_thw: torch.Tensor  # [3]: temporal, height, width in patches
+    n_tokens: int  # LM placeholder tokens this image expands to
+
+
+class PolicyProcessor:
+    """Tokenizer + image processor with message-at-a-time encoding (see module docstring)."""
+
+    def __init__(self, tokenizer: PreTrainedTokenizerBase, image_processor: Qwen2VLImageProcessorPil):
+        self.tokenizer = tokenizer
+        self.image_processor = image_processor
+        self.image_token_id = tokenizer.convert_tokens_to_ids("<|image_pad|>")
+        self.eos_token_id = tokenizer.convert_tokens_to_ids("<|im_end|>")
+        self.pad_token_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else self.eos_token_id
+        self._newline_ids = tokenizer.encode("\n", add_special_tokens=False)
+        self._gen_prompt_ids = self._encode_text("<|im_start|>assistant\n")
+        # tokens a reply must never contain: structure and vision placeholders
+        self.banned_token_ids = sorted({
+            tokenizer.convert_tokens_to_ids(t) for t in
+            ["<|im_start|>", "<|vision_start|>", "<|vision_end|>", "<|image_pad|>", "<|video_pad|>"]
+        } | ({tokenizer.pad_token_id} - {None, self.eos_token_id}))
+
+    # -- persistence ---------------------------------------------------------------------------
+    def save_pretrained(self, path: str | Path) -> None:
+        self.tokenizer.save_pretrained(str(path))
+        self.image_processor.save_pretrained(str(path))
+
+    @classmethod
+    def from_pretrained(cls, path: str | Path) -> "PolicyProcessor":
+        tokenizer = AutoTokenizer.from_pretrained(str(path))
+        tokenizer.padding_side = "left"
+        return cls(tokenizer, Qwen2VLImageProcessorPil.from_pretrained(str(path)))
+
+    # -- encoding ------------------------------------------------------------------------------
+    def _encode_text(self, text: str) -> list[int]:
+        return self.tokenizer.encode(text, add_special_tokens=False)
+
+    def image_features(self, image: np.ndarray) -> ImageFeatures:
+        out = self.image_processor(images=[image], return_tensors="pt")
+        grid = out["image_grid_thw"][0]
+        merge = self.image_processor.merge_size
+        return ImageFeatures(out["pixel_values"], grid, int(grid.prod()) // (merge * merge))
+
+    def encode_message(self, message: dict, images: list[ImageFeatures] | None = None) -> list[int]:
+        """Ids of one chat message; its image placeholders expand to each image's token count."""
+        text = self.tokenizer.apply_chat_template([message], tokenize=False, add_generation_prompt=False)
+        ids = self._encode_text(text)
+        if not images:
+            return ids
+        out, it = [], iter(images)
+        for tok in ids:
+            if tok == self.image_token_id:
+                out.extend([tok] * next(it).n_tokens)
+            else:
+                out.append(tok)
+        return out
+
+    @property
+    def generation_prompt_ids(self) -> list[int]:
+        """`<|im_start|>assistant\\n`: appended before the model's turn."""
+        return list(self._gen_prompt_ids)
+
+    @property
+    def turn_end_ids(self) -> list[int]:
+        """What follows `<|im_end|>` between messages."""
+        return list(self._newline_ids)
+
+    def decode(self, ids: list[int]) -> str:
+        return self.tokenizer.decode(ids, skip_special_tokens=True)
+
+
+def collate(
+    sequences: list[list[int]],
+    images: list[list[ImageFeatures]],
+    image_token_id: int,
+    pad_token_id: int,
+    left_pad: bool,
+) -> dict[str, torch.Tensor]:
+    """Pad a batch of id lists and stack their images into the model's keyword arguments."""
+    width = max(len(s) for s in sequences)
+    input_ids = torch.full((len(sequences), width), pad_token_id, dtype=torch.long)
+    attention_mask = torch.zeros((len(sequences), width), dtype=torch.long)
+    for i, seq in enumerate(sequences):
+        cols = slice(width - len(seq), width) if left_pad else slice(0, len(seq))
+        input_ids[i, cols] = torch.tensor(seq, dtype=torch.long)
+        attention_mask[i, cols] = 1
+    batch = {"input_ids": input_ids, "attention_mask": attention_mask}
+    flat = [f for per_seq in images for f in per_seq]
+    if flat:
+        batch["pixel_values"] = torch.cat([f.pixel_values for f in flat])
+        batch["image_grid_thw"] = torch.stack([f.grid_thw for f in flat])
+        batch["mm_token_type_ids"] = ((input_ids == image_token_id) & attention_mask.bool()).long()
+    return batch

@@ -1,0 +1,163 @@
+"""The training side of the policy: log-probs, the clipped policy-gradient update, weight export.
+
+`PolicyTrainer` owns the model (LoRA-wrapped or full), AdamW and the LR schedule. One `update`
+call is one training step's worth of optimisation: it recomputes the old log-probs (and the
+reference log-probs for the KL term), then runs `update_epochs` passes of mini-batches, each a
+few micro-batches of gradient accumulation. Losses are weighted across micro-batches so that
+token-mean and sequence-mean reductions are exact over the whole mini-batch.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+from contextlib import nullcontext
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from rlfw.algos import aggregate, entropy_from_logits, get_policy_loss, kl_estimate
+from rlfw.config import AlgoConfig
+from rlfw.models.processing import PolicyProcessor, collate
+from rlfw.models.weights import save_policy_weights
+from rlfw.rollout.types import Segment
+
+
+def lr_lambda(algo: AlgoConfig, total_steps: int):
+    """Linear warmup, then constant or cosine down to lr * min_lr_ratio at total_steps."""
+
+    def fn(step: int) -> float:
+        if step < algo.warmup_steps:
+            return (step + 1) / algo.warmup_steps
+        if algo.lr_schedule == "constant":
+            return 1.0
+        progress = min(1.0, (step - algo.warmup_steps) / max(1, total_steps - algo.warmup_steps))
+        return algo.min_lr_ratio + (1 - algo.min_lr_ratio) * 0.5 * (1 + math.cos(math.pi * progress))
+
+    return fn
+
+
+class PolicyTrainer:
+    def __init__(self, model: torch.nn.Module, processor: PolicyProcessor, algo: AlgoConfig,
+                 optimizer_steps: int, seed: int = 0):
+        self.model = model
+        self.processor = processor
+        self.algo = algo
+        self.loss_fn = get_policy_loss(algo.policy_loss_type)
+        self.params = [p for p in model.parameters() if p.requires_grad]
+        self.optimizer = torch.optim.AdamW(self.params, lr=algo.lr, weight_decay=algo.weight_decay)
+        self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, lr_lambda(algo, optimizer_steps))
+        self.is_peft = hasattr(model, "disable_adapter")
+        # Full fine-tuning with a KL term needs a frozen copy; LoRA just disables the adapter.
+        self.ref_model = None
+        if algo.use_kl_loss and not self.is_peft:
+            self.ref_model = copy.deepcopy(model).eval().requires_grad_(False)
+        self.generator = torch.Generator().manual_seed(seed)
+        self.optimizer_steps = 0
+
+    # -- forward --------------------------------------------------------------------------------
+    def _forward(self, segments: list[Segment], model: torch.nn.Module | None = None, want_entropy: bool = False):
+        """Per-token log-probs of each sequence's next tokens: ([B, T-1], mask [B, T-1], entropy|None)."""
+        p = self.processor
+        feats = [[p.image_features(img) for img in s.images] for s in segments]
+        batch = collate([s.token_ids for s in segments], feats, p.image_token_id, p.pad_token_id, left_pad=False)
+        logits = (model or self.model)(**batch).logits[:, :-1].float()  # [B, T-1, V]
+        targets = batch["input_ids"][:, 1:]  # [B, T-1]
+        logp = torch.log_softmax(logits, -1).gather(-1, targets.unsqueeze(-1)).squeeze(-1)  # [B, T-1]
+        width = targets.shape[1]
+        mask = torch.zeros_like(targets, dtype=torch.float32)
+        for i, s in enumerate(segments):
+            m = torch.tensor(s.loss_mask[1:], dtype=torch.float32)
+            mask[i, : len(m)] = m
+        entropy = entropy_from_logits(logits) if want_entropy else None
+        return logp, mask[:, :width], entropy
+
+    @torch.no_grad()
+    def logprobs(self, segments: list[Segment], reference: bool = False) -> list[torch.Tensor]:
+        """Log-probs [T-1] per segment under the current (or reference) policy, no grad."""
+        out = []
+        self.model.eval()
+        for chunk in _chunks(list(range(len(segments))), self.algo.micro_batch_size):
+            segs = [segments[i] for i in chunk]
+            if reference and self.is_peft:
+                with self.model.disable_adapter():
+                    logp, _, _ = self._forward(segs)
+            else:
+                logp, _, _ = self._forward(segs, self.ref_model if reference else None)
+            out.extend(logp[i, : len(s.token_ids) - 1].clone() for i, s in enumerate(segs))
+        return out
+
+    # -- update ---------------------------------------------------------------------------------
+    def update(self, segments: list[Segment], advantages: list[float], groups: list[int]) -> dict[str, float]:
+        """One training step: `update_epochs` passes of mini-batches over `segments`.
+
+        `advantages[i]` is segment i's (its episode's) advantage; `groups[i]` its task group, used to
+        cut mini-batches at task boundaries (mini_batch_size tasks each).
+        """
+        a = self.algo
+        old = self.logprobs(segments)
+        ref = self.logprobs(segments, reference=True) if a.use_kl_loss else None
+        unique_groups = sorted(set(groups))
+        n_minis = max(1, len(unique_groups) // a.mini_batch_size) if len(unique_groups) >= a.mini_batch_size else 1
+        totals: dict[str, list[float]] = {}
+        self.model.train()
+        for _ in range(a.update_epochs):
+            order = torch.randperm(len(unique_groups), generator=self.generator).tolist()
+            for mini_groups in np.array_split([unique_groups[i] for i in order], n_minis):
+                chosen = set(mini_groups.tolist())
+                idx = [i for i, g in enumerate(groups) if g in chosen]
+                stats = self._optimizer_step(segments, advantages, old, ref, idx)
+                for k, v in stats.items():
+                    totals.setdefault(k, []).append(v)
+        return {k: float(np.mean(v)) for k, v in totals.items()}
+
+    def _optimizer_step(self, segments, advantages, old, ref, idx: list[int]) -> dict[str, float]:
+        a = self.algo
+        token_total = sum(sum(segments[i].loss_mask[1:]) for i in idx)
+        per_token_mode = a.loss_reduction == "token-mean"
+        self.optimizer.zero_grad(set_to_none=True)
+        acc: dict[str, float] = {}
+        for chunk in _chunks(idx, a.micro_batch_size):
+            segs = [segments[i] for i in chunk]
+            logp, mask, entropy = self._forward(segs, want_entropy=True)
+            old_logp = _pad([old[i] for i in chunk], logp.shape[1])
+            adv = torch.tensor([advantages[i] for i in chunk], dtype=torch.float32)
+            loss, stats = self.loss_fn(logp, old_logp, adv, mask, clip_low=a.eps_clip_low,
+                                       clip_high=a.eps_clip_high, loss_agg=a.loss_reduction)
+            ent = aggregate(entropy, mask, a.loss_reduction)
+            total = loss - a.entropy_coef * ent
+            if ref is not None:
+                kl = aggregate(kl_estimate(logp, _pad([ref[i] for i in chunk], logp.shape[1]),
+                                           a.kl_estimator_type), mask, a.loss_reduction)
+                total = total + a.kl_loss_coef * kl
+                stats["kl"] = kl.detach()
+            # weight this micro-batch by its share of the mini-batch (tokens or sequences)
+            weight = float(mask.sum()) / max(token_total, 1) if per_token_mode else len(chunk) / len(idx)
+            (total * weight).backward()
+            stats.update(loss=loss.detach(), entropy=ent.detach())
+            for k, v in stats.items():
+                acc[k] = acc.get(k, 0.0) + float(v) * weight
+        grad_norm = torch.nn.utils.clip_grad_norm_(
+            self.params, a.max_grad_norm if a.max_grad_norm > 0 else float("inf"))
+        self.optimizer.step()
+        self.scheduler.step()
+        self.optimizer_steps += 1
+        acc["grad_norm"] = float(grad_norm)
+        acc["lr"] = self.scheduler.get_last_lr()[0]
+        return acc
+
+    # -- weights --------------------------------------------------------------------------------
+    def save_weights(self, sync_root: str | Path, version: int) -> Path:
+        return save_policy_weights(self.model, sync_root, version)
+
+
+def _chunks(items: list, size: int) -> list[list]:
+    return [items[i : i + size] for i in range(0, len(items), size)]
+
+
+def _pad(rows: list[torch.Tensor], width: int) -> torch.Tensor:
+    out = torch.zeros(len(rows), width)
+    for i, r in enumerate(rows):
+        out[i, : len(r)] = r[:width]
+    return out

@@ -1,0 +1,74 @@
+"""Typed containers that cross the rollout boundary (engine requests, completions, episodes)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+import numpy as np
+
+
+@dataclass
+class SamplingParams:
+    temperature: float = 1.0
+    """Softmax temperature; ignored when greedy."""
+    top_p: float = 1.0
+    """Nucleus sampling mass."""
+    max_new_tokens: int = 8
+    """Generation limit for this request."""
+    greedy: bool = False
+    """Argmax decoding (evaluation)."""
+
+
+@dataclass
+class Prompt:
+    """One generation request: ids already contain each image's placeholder tokens."""
+
+    token_ids: list[int]  # [T]
+    images: list[np.ndarray]  # each uint8 [H, W, 3], in placeholder order
+
+
+@dataclass
+class Completion:
+    token_ids: list[int]  # [G] generated ids, ending with EOS unless cut by max_new_tokens
+    logprobs: list[float]  # [G] log-prob of each generated id under the sampling policy (T applied)
+    finished: bool  # ended with EOS
+
+
+@dataclass
+class Task:
+    """What a group of episodes starts from: a generator seed, or a saved layout to replay."""
+
+    seed: int
+    layout: Optional[dict[str, Any]] = None
+
+    def reset_kwargs(self) -> dict[str, Any]:
+        if self.layout is not None:
+            return {"seed": self.seed, "options": {"layout": self.layout}}
+        return {"seed": self.seed}
+
+
+@dataclass
+class Segment:
+    """One training sequence: a whole conversation (history=full) or one turn (history=none)."""
+
+    token_ids: list[int]  # [T]
+    loss_mask: list[int]  # [T] 1 on model-generated tokens, 0 on prompt/observation tokens
+    logprobs: list[float]  # [T] engine log-probs on generated tokens, 0 elsewhere
+    images: list[np.ndarray]  # images whose placeholders appear in token_ids, in order
+
+
+@dataclass
+class Episode:
+    task: Task
+    group_id: int  # episodes of one task share a group id (the GRPO group)
+    segments: list[Segment] = field(default_factory=list)
+    reward: float = 0.0  # sum of env rewards
+    success: bool = False  # the env's own info["success"] at the end, never inferred from reward
+    turns: int = 0
+    invalid_actions: int = 0
+    wall_bumps: int = 0
+    generated_tokens: int = 0
+    truncated_by_tokens: bool = False
+    actions: list[str] = field(default_factory=list)  # decoded model outputs, one per turn
+    frames: list[np.ndarray] = field(default_factory=list)  # observation images (kept when asked)

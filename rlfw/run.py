@@ -1,0 +1,55 @@
+"""Entry point: `python -m rlfw.run algo=grpo env=maze` (Hydra; `-m` sweeps).
+
+Composes the typed config, validates it before anything starts, builds the starting model, places
+the trainer and rollout engines with Ray, trains, and prints where the outputs went.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import hydra
+from omegaconf import DictConfig, OmegaConf
+
+from rlfw.config import Config, register_configs, validate
+
+register_configs()
+log = logging.getLogger("rlfw")
+
+
+def to_config(cfg: DictConfig) -> Config:
+    return OmegaConf.to_object(cfg)
+
+
+def main_from_config(cfg: Config) -> dict:
+    from rlfw.build import build_logger, make_env_fn, prepare_base_model, seed_everything
+    from rlfw.distributed.ray_runtime import RayRuntime
+    from rlfw.train import train
+
+    validate(cfg)
+    out_dir = Path(cfg.trainer.output_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    seed_everything(cfg.seed)
+    model_path = prepare_base_model(cfg.model, make_env_fn(cfg.env), out_dir, cfg.seed)
+    optimizer_steps = cfg.trainer.total_steps * cfg.algo.update_epochs * (cfg.algo.train_batch_size // cfg.algo.mini_batch_size)
+    runtime = RayRuntime(cfg, model_path, optimizer_steps)
+    logger = build_logger(cfg, out_dir)
+    try:
+        final = train(cfg, out_dir, model_path, runtime.policy, runtime.engine, logger)
+    finally:
+        logger.close()
+        runtime.shutdown()
+    print(f"rlfw: outputs in {out_dir.resolve()} (metrics.jsonl, eval/, tensorboard/)", flush=True)
+    return final
+
+
+@hydra.main(version_base="1.3", config_path="../conf", config_name="config")
+def main(cfg: DictConfig) -> float | None:
+    final = main_from_config(to_config(cfg))
+    key = next((k for k in final if k.startswith("eval/all/pass_at_1")), None)
+    return final.get(key) if key else None
+
+
+if __name__ == "__main__":
+    main()
