@@ -18,8 +18,8 @@ The contract every rlfw environment meets (the rollout code relies on nothing el
 - ``info["success"]`` is a bool (True once the task is solved);
 - optionally ``env.unwrapped.solve()`` returns oracle action strings from the current state.
 
-The built-ins also expose ``best_action()``, ``action_strings`` (the canonical actions), ``prompt()``
-and ``layout()``, and ``reset(options={"layout": record})`` to replay a saved layout
+The built-ins also expose ``best_action()``, ``action_strings`` (the canonical actions),
+``prompt()`` and ``layout()``, and ``reset(options={"layout": record})`` to replay a saved layout
 (see `envs.eval_sets`).
 """
 

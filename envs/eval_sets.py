@@ -103,12 +103,12 @@ def shortest_moves(layout: Mapping) -> int:
 
 
 def solvable_within(layout: Mapping, max_turns: int) -> bool:
-    """Whether an optimal agent succeeds within `max_turns`: shortest moves + 1 stop <= max_turns."""
+    """Whether an optimal agent succeeds in `max_turns`: shortest moves + 1 stop <= max_turns."""
     return shortest_moves(layout) + 1 <= max_turns
 
 
 def solvable_fraction(layouts: Iterable[Mapping], max_turns: int) -> float:
-    """Fraction of `layouts` solvable within `max_turns` (the success ceiling of a perfect agent)."""
+    """Fraction of `layouts` solvable within `max_turns` (the success rate of a perfect agent)."""
     flags = [solvable_within(layout, max_turns) for layout in layouts]
     if not flags:
         raise ValueError("solvable_fraction needs at least one layout")
@@ -116,5 +116,6 @@ def solvable_fraction(layouts: Iterable[Mapping], max_turns: int) -> float:
 
 
 def layout_key(layout: Mapping) -> tuple:
-    """Hashable identity of a layout (grid, agent, target), e.g. to keep eval mazes out of training."""
+    """Hashable identity of a layout (grid, agent, target), e.g. to keep eval mazes out of training.
+    """
     return tuple(layout["grid"]), tuple(layout["agent"]), tuple(layout["target"])

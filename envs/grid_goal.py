@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from envs.gridnav import GridNavEnv
-from envs.layout import Pos, distances_to
+from envs.layout import Pos, distances_to, is_int
 from envs.render import GREEN
 
 MIN_SIZE = 3
@@ -42,10 +42,10 @@ class GridGoalEnv(GridNavEnv):
         cell_px: int = 25,
         render_mode: str | None = None,
     ):
-        if not isinstance(size, int) or isinstance(size, bool) or size < MIN_SIZE:
+        if not is_int(size) or size < MIN_SIZE:
             raise ValueError(f"size must be an int >= {MIN_SIZE}, got {size!r}")
         limit = size * size // 4
-        if not isinstance(obstacles, int) or isinstance(obstacles, bool) or not 0 <= obstacles <= limit:
+        if not is_int(obstacles) or not 0 <= obstacles <= limit:
             raise ValueError(
                 f"obstacles must be an int in [0, {limit}] (size*size // 4) for size {size}, "
                 f"got {obstacles!r}"
@@ -56,7 +56,8 @@ class GridGoalEnv(GridNavEnv):
 
     def _generate(self) -> tuple[np.ndarray, Pos, Pos]:
         while True:
-            squares = self.np_random.choice(self.size * self.size, self.obstacles + 2, replace=False)
+            n = self.size * self.size
+            squares = self.np_random.choice(n, self.obstacles + 2, replace=False)
             agent, target = (divmod(int(s), self.size) for s in squares[:2])
             walls = np.zeros((self.size, self.size), dtype=bool)
             walls.flat[squares[2:]] = True

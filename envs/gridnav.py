@@ -2,7 +2,8 @@
 
 A subclass supplies a layout generator (`_generate`, randomness only through ``self.np_random``)
 and the opening words of its prompt (`_intro`); this class owns the rest of the contract: text
-actions, the ``{"image", "text"}`` observation, turns, rewards, ``info``, rendering and the BFS oracle.
+actions, the ``{"image", "text"}`` observation, turns, rewards, ``info``, rendering and the BFS
+oracle.
 
 Dynamics: each call to `step` is one turn. A move into a wall (or off the grid) leaves the agent in
 place; an unparseable action changes nothing; ``stop`` terminates with reward 1.0 if the agent is
@@ -39,7 +40,7 @@ from envs.actions import (
     parse_action,
     task_prompt,
 )
-from envs.layout import Pos, distances_to, parse_layout, path_moves, to_record
+from envs.layout import Pos, distances_to, is_int, parse_layout, path_moves, to_record
 from envs.render import RED, GridRenderer
 
 RENDER_MODES = ("rgb_array",)
@@ -62,14 +63,15 @@ class GridNavEnv(gym.Env):
         cell_px: int,
         render_mode: str | None,
     ):
-        if not isinstance(max_turns, int) or isinstance(max_turns, bool) or max_turns < 1:
+        if not is_int(max_turns) or max_turns < 1:
             raise ValueError(f"max_turns must be an int >= 1, got {max_turns!r}")
         check_action_format(action_format)
-        if not isinstance(cell_px, int) or isinstance(cell_px, bool) or cell_px < 1:
-            raise ValueError(f"cell_px must be an int >= 1 (pixels per grid square), got {cell_px!r}")
+        if not is_int(cell_px) or cell_px < 1:
+            raise ValueError(f"cell_px must be an int >= 1 (pixels per square), got {cell_px!r}")
         if render_mode is not None and render_mode not in RENDER_MODES:
             raise ValueError(
-                f"unknown render_mode {render_mode!r}; valid values: None, {', '.join(RENDER_MODES)}"
+                f"unknown render_mode {render_mode!r}; "
+                f"valid values: None, {', '.join(RENDER_MODES)}"
             )
         self.shape = shape
         self.max_turns = max_turns

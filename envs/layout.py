@@ -25,6 +25,11 @@ WALL, FLOOR = "#", "."
 Pos = tuple[int, int]
 
 
+def is_int(value: object) -> bool:
+    """True for Python and numpy integers, False for bools and everything else."""
+    return isinstance(value, (int, np.integer)) and not isinstance(value, bool)
+
+
 def distances_to(walls: np.ndarray, target: Pos) -> list[list[int]]:
     """Number of moves from every square to `target` (BFS); -1 for walls and unreachable squares."""
     rows, cols = walls.shape
@@ -77,7 +82,7 @@ def to_record(walls: np.ndarray, agent: Pos, target: Pos) -> dict:
 def _position(record: Mapping, key: str, walls: np.ndarray) -> Pos:
     value = record[key]
     ok = isinstance(value, Sequence) and not isinstance(value, str) and len(value) == 2
-    if not ok or not all(isinstance(v, (int, np.integer)) and not isinstance(v, bool) for v in value):
+    if not ok or not all(is_int(v) for v in value):
         raise ValueError(f"layout {key!r} must be [row, col] with two ints, got {value!r}")
     r, c = int(value[0]), int(value[1])
     rows, cols = walls.shape
@@ -96,7 +101,9 @@ def parse_layout(record: Mapping) -> tuple[np.ndarray, Pos, Pos]:
     wall, or a target the agent cannot reach.
     """
     if not isinstance(record, Mapping):
-        raise ValueError(f"layout must be a dict with 'grid', 'agent', 'target', got {type(record)}")
+        raise ValueError(
+            f"layout must be a dict with 'grid', 'agent', 'target', got {type(record).__name__}"
+        )
     missing = [k for k in ("grid", "agent", "target") if k not in record]
     if missing:
         raise ValueError(f"layout is missing key(s) {missing}; it needs 'grid', 'agent', 'target'")

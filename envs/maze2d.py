@@ -24,7 +24,7 @@ import random
 import numpy as np
 
 from envs.gridnav import GridNavEnv
-from envs.layout import Pos
+from envs.layout import Pos, is_int
 
 DIFFICULTY_SIZES = {"easy": 9, "hard": 11}
 MIN_SIZE = 5
@@ -99,8 +99,10 @@ class Maze2DEnv(GridNavEnv):
             )
         if size is None:
             size = DIFFICULTY_SIZES[difficulty]
-        if not isinstance(size, int) or isinstance(size, bool) or size < MIN_SIZE or size % 2 == 0:
-            raise ValueError(f"size must be an odd int >= {MIN_SIZE} (e.g. 9, 11, 13), got {size!r}")
+        if not is_int(size) or size < MIN_SIZE or size % 2 == 0:
+            raise ValueError(
+                f"size must be an odd int >= {MIN_SIZE} (e.g. 9, 11, 13), got {size!r}"
+            )
         self.size = size
         super().__init__((size, size), max_turns, action_format, cell_px, render_mode)
 
@@ -109,8 +111,9 @@ class Maze2DEnv(GridNavEnv):
         walls = np.ones((self.size, self.size), dtype=bool)
         walls[1:-1, 1:-1] = ~wilson_lattice((self.size - 1) // 2, rng)
         far = self.size - 2
-        pairs = (((1, 1), (far, far)), ((far, far), (1, 1)), ((far, 1), (1, far)), ((1, far), (far, 1)))
-        agent, target = pairs[int(self.np_random.integers(0, 4))]
+        corners = (((1, 1), (far, far)), ((far, far), (1, 1)))
+        corners += (((far, 1), (1, far)), ((1, far), (far, 1)))  # VisGym's order
+        agent, target = corners[int(self.np_random.integers(0, 4))]
         return walls, agent, target
 
     def _intro(self) -> str:

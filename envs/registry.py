@@ -43,7 +43,9 @@ def register(id: str, entry_point: str | Callable[..., gym.Env], **kwargs) -> No
                 f"entry_point {entry_point!r} must look like 'package.module:ClassName'"
             )
     elif not callable(entry_point):
-        raise ValueError(f"entry_point must be a 'module:Class' string or a callable, got {entry_point!r}")
+        raise ValueError(
+            f"entry_point must be a 'module:Class' string or a callable, got {entry_point!r}"
+        )
     gym.register(id=id, entry_point=entry_point, kwargs=kwargs)
 
 

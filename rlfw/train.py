@@ -90,6 +90,8 @@ def train(cfg: Config, out_dir: Path, model_path: str, policy, engine, logger, e
                        f"(solvable within {cfg.env.max_turns} turns: "
                        f"{metrics[f'eval/{cfg.env.name}/solvable_fraction']:.3f})")
 
+    policy.save_weights(str(sync_root), 0)  # engines start from exactly the trainer's weights
+    engine.load_weights(str(sync_root))
     if t.eval_interval and t.eval_before_train:
         run_eval(0)
     for step in range(1, t.total_steps + 1):
@@ -113,8 +115,9 @@ def train(cfg: Config, out_dir: Path, model_path: str, policy, engine, logger, e
             engine.wake_up()
             t1 = time.perf_counter()
             policy.save_weights(str(sync_root), step)
-            engine.load_weights(str(sync_root))
+            versions = engine.load_weights(str(sync_root))
             t2 = time.perf_counter()
+            metrics["policy/engine_weights_version"] = min(versions)
             metrics.update({f"policy/{k}": v for k, v in stats.items()})
             metrics.update({"train/reward_mean": float(rewards.mean()), "train/success_rate": metrics.pop("train/pass_at_1"),
                             "train/advantage_abs_mean": float(adv.abs().mean()),

@@ -12,7 +12,8 @@ from envs.actions import OUT_OF_TURNS_FEEDBACK, WALL_FEEDBACK, invalid_action_fe
 from envs.maze2d import Maze2DEnv
 from tests.envs.helpers import CORRIDOR, CORRIDOR_SOLUTION
 
-RIGHT, UP, LEFT, DOWN, STOP = "('move', 0)", "('move', 1)", "('move', 2)", "('move', 3)", "('stop', 'stop')"
+RIGHT, UP, LEFT, DOWN = "('move', 0)", "('move', 1)", "('move', 2)", "('move', 3)"
+STOP = "('stop', 'stop')"
 
 
 def corridor_env(**kwargs):
@@ -237,7 +238,7 @@ def _layout(**changes):
         (_layout(target=[9, 9]), "outside the 5x5 grid"),
         (_layout(agent="31"), "two ints"),
         (_layout(grid=["#####", "#.#.#", "#.#.#", "#.#.#", "#####"]), "cannot be reached"),
-        (_layout(grid=["#######"] + ["#.....#"] * 5 + ["#######"]), "layout grid is 7x7 but this env is 5x5"),
+        (_layout(grid=["#######"] + ["#.....#"] * 5 + ["#######"]), "is 7x7 but this env is 5x5"),
         ({"grid": CORRIDOR["grid"], "agent": [3, 1]}, "missing key"),
         ("#####", "must be a dict"),
     ],

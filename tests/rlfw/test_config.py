@@ -1,0 +1,73 @@
+"""Every config group option and experiment preset composes against its schema and validates."""
+
+from pathlib import Path
+
+import pytest
+from hydra import compose, initialize_config_dir
+from hydra.errors import ConfigCompositionException
+from omegaconf import OmegaConf
+
+from rlfw.config import ConfigError, register_configs, validate
+
+CONF = Path(__file__).resolve().parents[2] / "conf"
+register_configs()
+
+
+def options(group: str) -> list[str]:
+    return sorted(p.stem for p in (CONF / group).glob("*.yaml"))
+
+
+def load(overrides: list[str]):
+    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
+        cfg = compose(config_name="config", overrides=["trainer.output_dir=/tmp/rlfw-test", *overrides])
+    return OmegaConf.to_object(cfg)
+
+
+@pytest.mark.parametrize("group", ["algo", "env", "model", "cluster", "logger", "experiment"])
+def test_every_option_composes_and_validates(group):
+    assert options(group), f"conf/{group} is empty"
+    for name in options(group):
+        cfg = load([f"{group}={name}"])
+        validate(cfg)
+
+
+def test_algo_presets_pick_registered_variants():
+    names = {n: load([f"algo={n}"]).algo for n in options("algo")}
+    assert names["grpo"].advantage_estimator == "grpo"
+    assert names["dr_grpo"].advantage_estimator == "dr_grpo" and names["dr_grpo"].loss_reduction == "seq-mean-token-sum"
+    assert names["rloo"].advantage_estimator == "rloo"
+    assert names["gspo"].policy_loss_type == "gspo"
+    assert names["dapo"].dynamic_sampling != "off" and names["dapo"].eps_clip_high > names["dapo"].eps_clip_low
+
+
+def test_unknown_key_fails_at_compose():
+    with pytest.raises(ConfigCompositionException):
+        load(["algo.learning_rate=1e-3"])
+
+
+def test_wrong_type_fails_at_compose():
+    with pytest.raises(ConfigCompositionException):
+        load(["algo.lr=fast"])
+
+
+@pytest.mark.parametrize(
+    "overrides, needle",
+    [
+        (["algo.n_samples_per_prompt=1"], "n_samples_per_prompt>=2"),
+        (["algo.train_batch_size=8", "algo.mini_batch_size=3"], "divide algo.train_batch_size"),
+        (["algo.advantage_estimator=ppo_gae"], "algo.advantage_estimator"),
+        (["env.history=some"], "env.history"),
+        (["model.lora.rank=-1"], "model.lora.rank"),
+    ],
+)
+def test_cross_field_errors_say_how_to_fix(overrides, needle):
+    cfg = load(overrides)
+    with pytest.raises(ConfigError, match=needle.replace("(", r"\(").replace(".", r"\.")):
+        validate(cfg)
+
+
+def test_env_kwargs_come_from_the_schema():
+    from rlfw.build import env_kwargs
+
+    cfg = load(["env=maze", "env.cell_px=8", "env.max_turns=15"])
+    assert env_kwargs(cfg.env) == {"max_turns": 15, "difficulty": "easy", "cell_px": 8, "action_format": "visgym"}
