@@ -15,7 +15,7 @@ import gymnasium as gym
 from rlfw.config import Config, EnvConfig, ModelConfig
 
 # Fields of EnvConfig the framework consumes itself; every other field of an env schema is an env kwarg.
-_FRAMEWORK_ENV_FIELDS = {"name", "id", "module", "history", "max_new_tokens", "max_episode_tokens", "eval_set", "kwargs"}
+_FRAMEWORK_ENV_FIELDS = {"name", "id", "module", "history", "max_new_tokens", "max_episode_tokens", "eval_set", "eval_size", "kwargs"}
 
 
 def env_kwargs(env: EnvConfig) -> dict:
@@ -91,3 +91,17 @@ def build_logger(cfg: Config, out_dir: Path):
     from rlfw.logging import MetricLogger
 
     return MetricLogger(cfg.logger, out_dir, total_steps=cfg.trainer.total_steps, run_config=cfg)
+
+
+def eval_tasks(env: EnvConfig):
+    """The evaluation tasks and their layouts (None for a heldout set of seeds)."""
+    from envs.eval_sets import FIXED_SETS, HELD_OUT_SEED_START, load_eval_set
+
+    from rlfw.rollout.types import Task
+
+    if env.eval_set == "heldout":
+        return [Task(seed=HELD_OUT_SEED_START + i) for i in range(env.eval_size)], None
+    if env.eval_set not in FIXED_SETS:
+        raise ValueError(f"env.eval_set={env.eval_set!r}: use heldout or one of {sorted(FIXED_SETS)}")
+    layouts = load_eval_set(env.eval_set)
+    return [Task(seed=i, layout=layout) for i, layout in enumerate(layouts)], layouts

@@ -91,8 +91,11 @@ class EnvConfig:
     """Per-turn generation limit in tokens."""
     max_episode_tokens: int = 4096
     """Per-episode token limit (prompt + generated); an episode that reaches it is truncated."""
-    eval_set: str = "eval64"
-    """Named evaluation set (envs.eval_sets), evaluated greedily every trainer.eval_interval steps."""
+    eval_set: str = "heldout"
+    """Greedy evaluation set: eval64 / eval64_hard (VisGym's fixed mazes) or heldout (env seeds from
+    envs.eval_sets.HELD_OUT_SEED_START, any env)."""
+    eval_size: int = 64
+    """Episodes of the heldout set (fixed sets are always evaluated whole)."""
     kwargs: dict[str, Any] = field(default_factory=dict)
     """Extra keyword arguments for gymnasium.make (for envs without a typed schema of their own)."""
 

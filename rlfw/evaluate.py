@@ -51,21 +51,25 @@ def evaluate(
     engine: InferenceEngine,
     processor: PolicyProcessor,
     envs: list[gym.Env],
-    layouts: list[dict],
+    tasks: list[Task],
+    layouts: list[dict] | None,
     limits: LoopLimits,
     name: str,
     out_dir: Path | None = None,
     n_gifs: int = 4,
 ) -> dict[str, float]:
-    """Greedy pass@1 of one episode per layout; metrics under eval/<name>/ and eval/all/."""
+    """Greedy pass@1 of one episode per task; metrics under eval/<name>/ and eval/all/.
+
+    With `layouts` (fixed sets), also the fraction solvable within the turn limit.
+    """
     from envs.eval_sets import solvable_fraction
 
-    tasks = [Task(seed=i, layout=layout) for i, layout in enumerate(layouts)]
     params = SamplingParams(max_new_tokens=limits.max_new_tokens, greedy=True)
     episodes = collect(engine, processor, envs, tasks, 1, params, limits, keep_frames=out_dir is not None)
     metrics = episode_metrics(episodes, f"eval/{name}")
     metrics.update(episode_metrics(episodes, "eval/all"))
-    metrics[f"eval/{name}/solvable_fraction"] = solvable_fraction(layouts, limits.max_turns)
+    if layouts is not None:
+        metrics[f"eval/{name}/solvable_fraction"] = solvable_fraction(layouts, limits.max_turns)
     if out_dir is not None:
         save_episodes(episodes, out_dir, n_gifs)
     return metrics

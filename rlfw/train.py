@@ -14,7 +14,7 @@ import numpy as np
 import torch
 
 from rlfw.algos import get_adv_est, nonconstant_groups
-from rlfw.build import make_env_fn
+from rlfw.build import eval_tasks, make_env_fn
 from rlfw.config import Config
 from rlfw.evaluate import episode_metrics, evaluate
 from rlfw.models.processing import PolicyProcessor
@@ -67,28 +67,28 @@ def limits_of(cfg: Config) -> LoopLimits:
                       max_episode_tokens=e.max_episode_tokens, history=e.history)
 
 
-def train(cfg: Config, out_dir: Path, model_path: str, policy, engine, logger, eval_limit: int | None = None) -> dict:
+def train(cfg: Config, out_dir: Path, model_path: str, policy, engine, logger) -> dict:
     """Run cfg.trainer.total_steps steps; return the last metrics."""
-    from envs.eval_sets import TRAIN_SEEDS, load_eval_set
+    from envs.eval_sets import TRAIN_SEEDS
 
     a, t = cfg.algo, cfg.trainer
     processor = PolicyProcessor.from_pretrained(model_path)
     make_env = make_env_fn(cfg.env)
-    layouts = load_eval_set(cfg.env.eval_set)[:eval_limit]
-    envs = [make_env() for _ in range(max(a.train_batch_size * a.n_samples_per_prompt, len(layouts)))]
+    tasks, layouts = eval_tasks(cfg.env)
+    envs = [make_env() for _ in range(max(a.train_batch_size * a.n_samples_per_prompt, len(tasks)))]
     sampler = TaskSampler(cfg.seed, TRAIN_SEEDS)
     adv_fn = get_adv_est(a.advantage_estimator)
     sync_root = Path(t.lora_sync_path)
 
     def run_eval(step: int) -> None:
         t0 = time.perf_counter()
-        metrics = evaluate(engine, processor, envs, layouts, limits_of(cfg), cfg.env.name,
+        metrics = evaluate(engine, processor, envs, tasks, layouts, limits_of(cfg), cfg.env.name,
                            out_dir / "eval" / f"step_{step:06d}", t.eval_save_episodes)
         metrics["timing/eval"] = time.perf_counter() - t0
         logger.log(step, metrics)
-        logger.message(f"step {step}: eval/{cfg.env.name}/pass_at_1={metrics[f'eval/{cfg.env.name}/pass_at_1']:.3f} "
-                       f"(solvable within {cfg.env.max_turns} turns: "
-                       f"{metrics[f'eval/{cfg.env.name}/solvable_fraction']:.3f})")
+        ceiling = metrics.get(f"eval/{cfg.env.name}/solvable_fraction")
+        logger.message(f"step {step}: eval/{cfg.env.name}/pass_at_1={metrics[f'eval/{cfg.env.name}/pass_at_1']:.3f}"
+                       + (f" (solvable within {cfg.env.max_turns} turns: {ceiling:.3f})" if ceiling is not None else ""))
 
     policy.save_weights(str(sync_root), 0)  # engines start from exactly the trainer's weights
     engine.load_weights(str(sync_root))

@@ -27,7 +27,8 @@ def load(overrides: list[str]):
 def test_every_option_composes_and_validates(group):
     assert options(group), f"conf/{group} is empty"
     for name in options(group):
-        cfg = load([f"{group}={name}"])
+        extra = ["env.id=rlfw/GridGoal-v0"] if (group, name) == ("env", "custom") else []
+        cfg = load([f"{group}={name}", *extra])
         validate(cfg)
 
 
@@ -71,3 +72,33 @@ def test_env_kwargs_come_from_the_schema():
 
     cfg = load(["env=maze", "env.cell_px=8", "env.max_turns=15"])
     assert env_kwargs(cfg.env) == {"max_turns": 15, "difficulty": "easy", "cell_px": 8, "action_format": "visgym"}
+
+
+def test_user_env_from_own_module(tmp_path, monkeypatch):
+    """A user's env registered in their own module trains through env=custom + env.module."""
+    from rlfw.build import env_corpus, eval_tasks, make_env_fn
+
+    (tmp_path / "my_envs.py").write_text(
+        "import envs\n"
+        "from envs.grid_goal import GridGoalEnv\n"
+        "class Tiny(GridGoalEnv):\n"
+        "    pass\n"
+        "envs.register('rlfw/MyTiny-v0', 'my_envs:Tiny', size=4)\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    cfg = load(["env=custom", "env.id=rlfw/MyTiny-v0", "env.module=my_envs", "+env.kwargs.cell_px=8"])
+    make_env = make_env_fn(cfg.env)
+    obs, _ = make_env().reset(seed=0)
+    assert obs["image"].shape == (32, 32, 3)
+    corpus, actions, px = env_corpus(make_env)
+    assert len(actions) == 5 and px == 32
+    tasks, layouts = eval_tasks(cfg.env)
+    assert len(tasks) == 64 and layouts is None
+
+
+def test_unregistered_env_id_says_how_to_fix():
+    from rlfw.build import make_env_fn
+
+    cfg = load(["env=custom", "env.id=rlfw/Nope-v0"])
+    with pytest.raises(ValueError, match="env.module"):
+        make_env_fn(cfg.env)
