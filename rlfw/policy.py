@@ -1,8 +1,8 @@
 """The training side of the policy: log-probs, the clipped policy-gradient update, weight export.
 
 `PolicyTrainer` owns the model (LoRA-wrapped or full), AdamW and the LR schedule. One `update`
-call is one training step's worth of optimisation: it recomputes the old log-probs (and the
-reference log-probs for the KL term), then runs `update_epochs` passes of mini-batches, each a
+call is one training step's worth of optimisation: it recomputes the old log-probs (unless the step is a
+single on-policy optimizer step) and the reference log-probs for the KL term, then runs `update_epochs` passes of mini-batches, each a
 few micro-batches of gradient accumulation. Losses are weighted across micro-batches so that
 token-mean and sequence-mean reductions are exact over the whole mini-batch.
 """
@@ -96,10 +96,12 @@ class PolicyTrainer:
         cut mini-batches at task boundaries (mini_batch_size tasks each).
         """
         a = self.algo
-        old = self.logprobs(segments)
-        ref = self.logprobs(segments, reference=True) if a.use_kl_loss else None
         unique_groups = sorted(set(groups))
         n_minis = max(1, len(unique_groups) // a.mini_batch_size) if len(unique_groups) >= a.mini_batch_size else 1
+        # One optimizer step on fresh samples is exactly on-policy: the old log-probs are the current
+        # ones (ratio 1, gradient = policy gradient), so skip the extra forward pass.
+        old = None if a.update_epochs * n_minis == 1 else self.logprobs(segments)
+        ref = self.logprobs(segments, reference=True) if a.use_kl_loss else None
         totals: dict[str, list[float]] = {}
         self.model.train()
         for _ in range(a.update_epochs):
@@ -121,7 +123,7 @@ class PolicyTrainer:
         for chunk in _chunks(idx, a.micro_batch_size):
             segs = [segments[i] for i in chunk]
             logp, mask, entropy = self._forward(segs, want_entropy=True)
-            old_logp = _pad([old[i] for i in chunk], logp.shape[1])
+            old_logp = logp.detach() if old is None else _pad([old[i] for i in chunk], logp.shape[1])
             adv = torch.tensor([advantages[i] for i in chunk], dtype=torch.float32)
             loss, stats = self.loss_fn(logp, old_logp, adv, mask, clip_low=a.eps_clip_low,
                                        clip_high=a.eps_clip_high, loss_agg=a.loss_reduction)

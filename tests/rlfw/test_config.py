@@ -78,15 +78,15 @@ def test_user_env_from_own_module(tmp_path, monkeypatch):
     """A user's env registered in their own module trains through env=custom + env.module."""
     from rlfw.build import env_corpus, eval_tasks, make_env_fn
 
-    (tmp_path / "my_envs.py").write_text(
+    (tmp_path / "user_envs_fixture.py").write_text(
         "import envs\n"
         "from envs.grid_goal import GridGoalEnv\n"
         "class Tiny(GridGoalEnv):\n"
         "    pass\n"
-        "envs.register('rlfw/MyTiny-v0', 'my_envs:Tiny', size=4)\n"
+        "envs.register('rlfw/MyTiny-v0', 'user_envs_fixture:Tiny', size=4)\n"
     )
     monkeypatch.syspath_prepend(str(tmp_path))
-    cfg = load(["env=custom", "env.id=rlfw/MyTiny-v0", "env.module=my_envs", "+env.kwargs.cell_px=8"])
+    cfg = load(["env=custom", "env.id=rlfw/MyTiny-v0", "env.module=user_envs_fixture", "+env.kwargs.cell_px=8"])
     make_env = make_env_fn(cfg.env)
     obs, _ = make_env().reset(seed=0)
     assert obs["image"].shape == (32, 32, 3)

@@ -1,6 +1,7 @@
 """The README's own-environment example works as written (so the docs cannot drift)."""
 
 import re
+import sys
 from pathlib import Path
 
 from gymnasium.utils.env_checker import check_env
@@ -13,6 +14,7 @@ def test_readme_user_env_example(tmp_path, monkeypatch):
     code = next(b for b in re.findall(r"```python\n(.*?)```", readme, re.S) if b.startswith("# my_envs.py"))
     (tmp_path / "my_envs.py").write_text(code)
     monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, "my_envs", raising=False)
 
     from rlfw.build import env_corpus, make_env_fn
     from rlfw.config import EnvConfig
