@@ -192,8 +192,6 @@ class TrainerConfig:
     """Evaluate every this many steps (and before training); 0 disables."""
     eval_before_train: bool = True
     """Evaluate the starting policy."""
-    ckpt_interval: int = 0
-    """Save a checkpoint every this many steps; 0 disables."""
     output_dir: str = "${hydra:runtime.output_dir}"
     """Run folder (metrics, eval trajectories, checkpoints)."""
     lora_sync_path: str = "${trainer.output_dir}/lora_sync"
@@ -275,8 +273,8 @@ def validate(cfg: Config) -> None:
         errs.append(f"algo.top_p={a.top_p} must be in (0, 1]")
     if cfg.model.lora.rank < 0:
         errs.append(f"model.lora.rank={cfg.model.lora.rank} must be >= 0 (0 = full fine-tuning)")
-    if cfg.trainer.eval_interval < 0 or cfg.trainer.ckpt_interval < 0:
-        errs.append("trainer.eval_interval and trainer.ckpt_interval must be >= 0 (0 disables)")
+    if cfg.trainer.eval_interval < 0:
+        errs.append(f"trainer.eval_interval={cfg.trainer.eval_interval} must be >= 0 (0 disables)")
     if c.engine_backend == "vllm" and c.gpus_per_worker <= 0:
         errs.append("cluster.engine_backend=vllm needs GPUs: set cluster.gpus_per_worker>0 or use engine_backend=transformers")
     if errs:

@@ -25,14 +25,12 @@ from rlfw.algos.registry import (
     register_policy_loss,
 )
 from rlfw.algos.sampling import nonconstant_groups
-from rlfw.algos.types import TrainBatch
 
 __all__ = [
     "AdvEstFn",
     "KL_KINDS",
     "LOSS_AGG_MODES",
     "PolicyLossFn",
-    "TrainBatch",
     "aggregate",
     "entropy_from_logits",
     "get_adv_est",
