@@ -2,9 +2,12 @@
 
 Nothing here touches a model hub. `build_tiny_vl` returns a randomly initialised
 `Qwen3VLForConditionalGeneration` of a few million parameters together with a `PolicyProcessor`
-whose tokenizer is a byte-level BPE trained on the environments' own text. Every action string of
-the environment (e.g. VisGym's `('move', 0)`) is added as a single token, so one turn of a maze
-costs about two decode steps (the action and `<|im_end|>`). The result is saved with
+whose tokenizer is a byte-level BPE trained on the environment's own text, with merges allowed
+across spaces (only newlines split), so the environment's fixed prompt lines become single tokens
+and a turn's prompt is mostly image tokens. The text itself is unchanged: a real Qwen3-VL
+checkpoint reads the same prompt with its own tokenizer. Every action string of the environment
+(e.g. VisGym's `('move', 0)`) is added as a single token, so one turn of a maze costs about two
+decode steps (the action and `<|im_end|>`). The result is saved with
 `save_pretrained`, so the very same loading code (`rlfw.models.load_policy`) serves it and a real
 Qwen3-VL checkpoint.
 """
@@ -78,9 +81,14 @@ class TinyVLSpec:
 
 
 def build_tokenizer(corpus: list[str], action_tokens: list[str], vocab_size: int = 1024) -> PreTrainedTokenizerFast:
-    """Train a byte-level BPE on `corpus`; add Qwen's special tokens and each action as one token."""
+    """Train a line-level byte BPE on `corpus`; add Qwen's special tokens and each action as one token."""
     tok = Tokenizer(models.BPE())
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    # Split only at newlines, so merges may grow into whole lines: a fixed task prompt of a few
+    # hundred characters becomes about a dozen tokens, while any byte string stays encodable.
+    tok.pre_tokenizer = pre_tokenizers.Sequence([
+        pre_tokenizers.Split("\n", behavior="isolated"),
+        pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
+    ])
     tok.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(
         vocab_size=vocab_size,
