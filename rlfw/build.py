@@ -93,15 +93,24 @@ def build_logger(cfg: Config, out_dir: Path):
     return MetricLogger(cfg.logger, out_dir, total_steps=cfg.trainer.total_steps, run_config=cfg)
 
 
-def eval_tasks(env: EnvConfig):
-    """The evaluation tasks and their layouts (None for a heldout set of seeds)."""
+def eval_tasks(env: EnvConfig, eval_set: str | None = None, size: int | None = None):
+    """Evaluation tasks and their layouts (None when the env cannot export layouts).
+
+    `heldout` is one episode per seed from envs.eval_sets.HELD_OUT_SEED_START on, as layouts when
+    the env has `layout()` (so the solvable ceiling can be reported), else as bare seeds.
+    """
     from envs.eval_sets import FIXED_SETS, HELD_OUT_SEED_START, load_eval_set
 
     from rlfw.rollout.types import Task
 
-    if env.eval_set == "heldout":
-        return [Task(seed=HELD_OUT_SEED_START + i) for i in range(env.eval_size)], None
-    if env.eval_set not in FIXED_SETS:
-        raise ValueError(f"env.eval_set={env.eval_set!r}: use heldout or one of {sorted(FIXED_SETS)}")
-    layouts = load_eval_set(env.eval_set)
-    return [Task(seed=i, layout=layout) for i, layout in enumerate(layouts)], layouts
+    name, size = eval_set or env.eval_set, size or env.eval_size
+    if name == "heldout":
+        probe = make_env_fn(env)()
+        if not hasattr(probe.unwrapped, "layout"):
+            return [Task(seed=HELD_OUT_SEED_START + i) for i in range(size)], None
+        layouts = load_eval_set("generated", n=size, env_id=env.id, **env_kwargs(env))
+    elif name in FIXED_SETS:
+        layouts = load_eval_set(name)
+    else:
+        raise ValueError(f"eval set {name!r}: use heldout or one of {sorted(FIXED_SETS)}")
+    return [Task(seed=int(layout.get("seed", i)), layout=layout) for i, layout in enumerate(layouts)], layouts

@@ -212,9 +212,55 @@ class Config:
     """Seed of every random stream (Python, NumPy, torch, environments)."""
 
 
+@dataclass
+class SFTConfig:
+    """Supervised fine-tuning on the env's oracle (`python -m rlfw.sft`)."""
+
+    steps: int = 3000
+    """Optimizer steps."""
+    batch_size: int = 64
+    """Demonstration states per step."""
+    states: str = "all_squares"
+    """all_squares: a random open square of a fresh training maze per state, after one random move
+    (so its feedback text is genuine); oracle_path: states along oracle walks (see noise)."""
+    noise: float = 0.0
+    """oracle_path only: probability of an off-path random move, so the policy learns to recover."""
+    lr: float = 1e-3
+    """Peak AdamW learning rate."""
+    warmup_steps: int = 100
+    """Linear warmup."""
+    decay_fraction: float = 0.25
+    """Cosine decay to zero over this last fraction of the steps (constant before it)."""
+    weight_decay: float = 0.0
+    """AdamW weight decay."""
+    max_grad_norm: float = 1.0
+    """Gradient clipping by global norm."""
+    eval_interval: int = 250
+    """Greedy evaluation (and a snapshot) every this many steps; 0 disables."""
+    eval_size: int = 512
+    """Held-out mazes (our generator, seeds >= envs.eval_sets.HELD_OUT_SEED_START) per evaluation."""
+    stop_at_pass_at_1: Optional[float] = None
+    """Stop once held-out pass@1 reaches this (e.g. 0.45 for a GRPO starting point); None runs all steps."""
+    torch_threads: int = 2
+    """torch.set_num_threads for the single SFT process."""
+    output_dir: str = "${hydra:runtime.output_dir}"
+    """Run folder: metrics, snapshots/step_N/, and the final checkpoint/ (a folder model.path= accepts)."""
+
+
+@dataclass
+class SFTRunConfig:
+    env: EnvConfig = MISSING
+    model: ModelConfig = MISSING
+    logger: LoggerConfig = MISSING
+    sft: SFTConfig = field(default_factory=SFTConfig)
+    seed: int = 0
+    """Seed of the model init, the demonstration stream and torch."""
+
+
 def register_configs() -> None:
     cs = ConfigStore.instance()
     cs.store(name="base_config", node=Config)
+    cs.store(name="base_sft_config", node=SFTRunConfig)
     cs.store(group="algo", name="base_algo", node=AlgoConfig)
     cs.store(group="env", name="base_env", node=EnvConfig)
     cs.store(group="env", name="base_maze_env", node=MazeEnvConfig)
@@ -277,5 +323,25 @@ def validate(cfg: Config) -> None:
         errs.append(f"trainer.eval_interval={cfg.trainer.eval_interval} must be >= 0 (0 disables)")
     if c.engine_backend == "vllm" and c.gpus_per_worker <= 0:
         errs.append("cluster.engine_backend=vllm needs GPUs: set cluster.gpus_per_worker>0 or use engine_backend=transformers")
+    if errs:
+        raise ConfigError("invalid config:\n  - " + "\n  - ".join(errs))
+
+
+def validate_sft(cfg: SFTRunConfig) -> None:
+    s = cfg.sft
+    errs = _choice(s.states, ["all_squares", "oracle_path"], "sft.states")
+    errs += _choice(cfg.model.dtype, ["float32", "bfloat16"], "model.dtype")
+    for key, val in [("sft.steps", s.steps), ("sft.batch_size", s.batch_size), ("sft.eval_size", s.eval_size),
+                     ("sft.torch_threads", s.torch_threads)]:
+        if val < 1:
+            errs.append(f"{key}={val} must be >= 1")
+    if not 0 <= s.noise < 1:
+        errs.append(f"sft.noise={s.noise} must be in [0, 1)")
+    if s.noise and s.states != "oracle_path":
+        errs.append("sft.noise applies to sft.states=oracle_path only; set sft.states=oracle_path or sft.noise=0")
+    if not 0 <= s.decay_fraction <= 1:
+        errs.append(f"sft.decay_fraction={s.decay_fraction} must be in [0, 1]")
+    if s.stop_at_pass_at_1 is not None and not 0 < s.stop_at_pass_at_1 <= 1:
+        errs.append(f"sft.stop_at_pass_at_1={s.stop_at_pass_at_1} must be in (0, 1]")
     if errs:
         raise ConfigError("invalid config:\n  - " + "\n  - ".join(errs))

@@ -58,20 +58,7 @@ class PolicyTrainer:
 
     # -- forward --------------------------------------------------------------------------------
     def _forward(self, segments: list[Segment], model: torch.nn.Module | None = None, want_entropy: bool = False):
-        """Per-token log-probs of each sequence's next tokens: ([B, T-1], mask [B, T-1], entropy|None)."""
-        p = self.processor
-        feats = [[p.image_features(img) for img in s.images] for s in segments]
-        batch = collate([s.token_ids for s in segments], feats, p.image_token_id, p.pad_token_id, left_pad=False)
-        logits = (model or self.model)(**batch).logits[:, :-1].float()  # [B, T-1, V]
-        targets = batch["input_ids"][:, 1:]  # [B, T-1]
-        logp = torch.log_softmax(logits, -1).gather(-1, targets.unsqueeze(-1)).squeeze(-1)  # [B, T-1]
-        width = targets.shape[1]
-        mask = torch.zeros_like(targets, dtype=torch.float32)
-        for i, s in enumerate(segments):
-            m = torch.tensor(s.loss_mask[1:], dtype=torch.float32)
-            mask[i, : len(m)] = m
-        entropy = entropy_from_logits(logits) if want_entropy else None
-        return logp, mask[:, :width], entropy
+        return sequence_logprobs(model or self.model, self.processor, segments, want_entropy)
 
     @torch.no_grad()
     def logprobs(self, segments: list[Segment], reference: bool = False) -> list[torch.Tensor]:
@@ -152,6 +139,25 @@ class PolicyTrainer:
     # -- weights --------------------------------------------------------------------------------
     def save_weights(self, sync_root: str | Path, version: int) -> Path:
         return save_policy_weights(self.model, sync_root, version)
+
+
+def sequence_logprobs(model: torch.nn.Module, processor: PolicyProcessor, segments: list[Segment],
+                      want_entropy: bool = False):
+    """Log-probs of each sequence's next tokens under `model`.
+
+    Returns logp [B, T-1], the loss mask shifted to match [B, T-1], and the entropy [B, T-1] or None.
+    """
+    p = processor
+    feats = [[p.image_features(img) for img in s.images] for s in segments]
+    batch = collate([s.token_ids for s in segments], feats, p.image_token_id, p.pad_token_id, left_pad=False)
+    logits = model(**batch).logits[:, :-1].float()  # [B, T-1, V]
+    targets = batch["input_ids"][:, 1:]  # [B, T-1]
+    logp = torch.log_softmax(logits, -1).gather(-1, targets.unsqueeze(-1)).squeeze(-1)  # [B, T-1]
+    mask = torch.zeros_like(targets, dtype=torch.float32)  # [B, T-1]
+    for i, s in enumerate(segments):
+        mask[i, : len(s.token_ids) - 1] = torch.tensor(s.loss_mask[1:], dtype=torch.float32)
+    entropy = entropy_from_logits(logits) if want_entropy else None
+    return logp, mask, entropy
 
 
 def _chunks(items: list, size: int) -> list[list]:

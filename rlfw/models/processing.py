@@ -9,6 +9,7 @@ exactly the tokens that were sampled, never a re-tokenisation of decoded text.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -16,6 +17,9 @@ import numpy as np
 import torch
 from transformers import AutoTokenizer, PreTrainedTokenizerBase
 from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import Qwen2VLImageProcessorPil
+
+
+RLFW_PROCESSOR_FILE = "rlfw_processor.json"  # rlfw's own processor settings beside the HF files
 
 
 @dataclass
@@ -30,9 +34,11 @@ class ImageFeatures:
 class PolicyProcessor:
     """Tokenizer + image processor with message-at-a-time encoding (see module docstring)."""
 
-    def __init__(self, tokenizer: PreTrainedTokenizerBase, image_processor: Qwen2VLImageProcessorPil):
+    def __init__(self, tokenizer: PreTrainedTokenizerBase, image_processor: Qwen2VLImageProcessorPil,
+                 crop_px: int = 0):
         self.tokenizer = tokenizer
         self.image_processor = image_processor
+        self.crop_px = crop_px  # pixels cut from each image side before the vision tower
         self.image_token_id = tokenizer.convert_tokens_to_ids("<|image_pad|>")
         self.eos_token_id = tokenizer.convert_tokens_to_ids("<|im_end|>")
         self.pad_token_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else self.eos_token_id
@@ -48,18 +54,24 @@ class PolicyProcessor:
     def save_pretrained(self, path: str | Path) -> None:
         self.tokenizer.save_pretrained(str(path))
         self.image_processor.save_pretrained(str(path))
+        (Path(path) / RLFW_PROCESSOR_FILE).write_text(json.dumps({"crop_px": self.crop_px}))
 
     @classmethod
     def from_pretrained(cls, path: str | Path) -> "PolicyProcessor":
         tokenizer = AutoTokenizer.from_pretrained(str(path))
         tokenizer.padding_side = "left"
-        return cls(tokenizer, Qwen2VLImageProcessorPil.from_pretrained(str(path)))
+        extra = Path(path) / RLFW_PROCESSOR_FILE
+        crop = json.loads(extra.read_text())["crop_px"] if extra.exists() else 0
+        return cls(tokenizer, Qwen2VLImageProcessorPil.from_pretrained(str(path)), crop_px=crop)
 
     # -- encoding ------------------------------------------------------------------------------
     def _encode_text(self, text: str) -> list[int]:
         return self.tokenizer.encode(text, add_special_tokens=False)
 
     def image_features(self, image: np.ndarray) -> ImageFeatures:
+        if self.crop_px:
+            c = self.crop_px
+            image = image[c:-c, c:-c]
         out = self.image_processor(images=[image], return_tensors="pt")
         grid = out["image_grid_thw"][0]
         merge = self.image_processor.merge_size

@@ -78,6 +78,9 @@ class TinyVLSpec:
     """Patches merged into one LM token per side (Qwen uses 2; 1 keeps one token per grid square)."""
     vocab_size: int = 1024
     """Target size of the byte-level BPE vocabulary (before special and action tokens)."""
+    image_crop_px: int = 0
+    """Pixels cut from each image side before the vision tower (e.g. one cell: a maze's outer wall
+    never changes, so cropping it saves tokens). Stored with the processor."""
 
 
 def build_tokenizer(corpus: list[str], action_tokens: list[str], vocab_size: int = 1024) -> PreTrainedTokenizerFast:
@@ -115,7 +118,8 @@ def build_tokenizer(corpus: list[str], action_tokens: list[str], vocab_size: int
 
 
 def build_processor(tokenizer: PreTrainedTokenizerFast, spec: TinyVLSpec, image_px: int) -> PolicyProcessor:
-    """A processor whose image processor keeps `image_px`-sized images unresized."""
+    """A processor whose image processor keeps `image_px`-sized images (after the crop) unresized."""
+    image_px -= 2 * spec.image_crop_px
     factor = spec.patch_size * spec.spatial_merge_size
     if image_px % factor:
         raise ValueError(
@@ -129,14 +133,14 @@ def build_processor(tokenizer: PreTrainedTokenizerFast, spec: TinyVLSpec, image_
         temporal_patch_size=2,
         size={"shortest_edge": min(pixels, factor * factor), "longest_edge": max(pixels, 4 * pixels)},
     )
-    return PolicyProcessor(tokenizer, image_processor)
+    return PolicyProcessor(tokenizer, image_processor, crop_px=spec.image_crop_px)
 
 
 def build_model_config(spec: TinyVLSpec, tokenizer: PreTrainedTokenizerFast, image_px: int) -> Qwen3VLConfig:
     head_dim = spec.hidden_size // spec.num_heads
     half = head_dim // 2
     mrope = [half - 2 * (half // 3), half // 3, half // 3]  # temporal, height, width; sums to head_dim/2
-    grid = image_px // spec.patch_size
+    grid = (image_px - 2 * spec.image_crop_px) // spec.patch_size
     return Qwen3VLConfig(
         text_config=dict(
             vocab_size=len(tokenizer),

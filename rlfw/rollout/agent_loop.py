@@ -32,6 +32,12 @@ class LoopLimits:
     """none or full (see rlfw.config.EnvConfig.history)."""
 
 
+def turn_message(task_text: str, feedback: str) -> dict:
+    """The user turn of history=none: the current image, the task prompt, last step's feedback."""
+    text = task_text if not feedback else f"{task_text}\n{feedback}"
+    return {"role": "user", "content": [{"type": "image"}, {"type": "text", "text": text}]}
+
+
 class _Running:
     """Book-keeping of one episode in flight."""
 
@@ -47,10 +53,6 @@ class _Running:
         self.images: list[np.ndarray] = []
         if keep_frames:
             episode.frames.append(obs["image"])
-
-    def user_message(self) -> dict:
-        text = self.task_text if not self.feedback else f"{self.task_text}\n{self.feedback}"
-        return {"role": "user", "content": [{"type": "image"}, {"type": "text", "text": text}]}
 
 
 def _turn_prompt(run: _Running, processor: PolicyProcessor, history: str) -> Prompt:
@@ -68,7 +70,7 @@ def _turn_prompt(run: _Running, processor: PolicyProcessor, history: str) -> Pro
         run.logps += [0.0] * len(new)
         run.images.append(run.image)
         return Prompt(list(run.ids), list(run.images))
-    ids = processor.encode_message(run.user_message(), features) + processor.generation_prompt_ids
+    ids = processor.encode_message(turn_message(run.task_text, run.feedback), features) + processor.generation_prompt_ids
     return Prompt(ids, [run.image])
 
 

@@ -7,7 +7,7 @@ from hydra import compose, initialize_config_dir
 from hydra.errors import ConfigCompositionException
 from omegaconf import OmegaConf
 
-from rlfw.config import ConfigError, register_configs, validate
+from rlfw.config import ConfigError, register_configs, validate, validate_sft
 
 CONF = Path(__file__).resolve().parents[2] / "conf"
 register_configs()
@@ -23,10 +23,19 @@ def load(overrides: list[str]):
     return OmegaConf.to_object(cfg)
 
 
+def load_sft(overrides: list[str]):
+    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
+        cfg = compose(config_name="sft", overrides=["sft.output_dir=/tmp/rlfw-test", *overrides])
+    return OmegaConf.to_object(cfg)
+
+
 @pytest.mark.parametrize("group", ["algo", "env", "model", "cluster", "logger", "experiment"])
 def test_every_option_composes_and_validates(group):
     assert options(group), f"conf/{group} is empty"
     for name in options(group):
+        if name.startswith("sft_"):  # presets of `python -m rlfw.sft`
+            validate_sft(load_sft([f"{group}={name}"]))
+            continue
         extra = ["env.id=rlfw/GridGoal-v0"] if (group, name) == ("env", "custom") else []
         cfg = load([f"{group}={name}", *extra])
         validate(cfg)
@@ -92,8 +101,8 @@ def test_user_env_from_own_module(tmp_path, monkeypatch):
     assert obs["image"].shape == (32, 32, 3)
     corpus, actions, px = env_corpus(make_env)
     assert len(actions) == 5 and px == 32
-    tasks, layouts = eval_tasks(cfg.env)
-    assert len(tasks) == 64 and layouts is None
+    tasks, layouts = eval_tasks(cfg.env)  # the GridGoal base class can export layouts
+    assert len(tasks) == 64 and len(layouts) == 64 and tasks[0].layout == layouts[0]
 
 
 def test_unregistered_env_id_says_how_to_fix():
@@ -102,3 +111,9 @@ def test_unregistered_env_id_says_how_to_fix():
     cfg = load(["env=custom", "env.id=rlfw/Nope-v0"])
     with pytest.raises(ValueError, match="env.module"):
         make_env_fn(cfg.env)
+
+
+def test_sft_config_composes_and_rejects_noise_without_paths():
+    validate_sft(load_sft([]))
+    with pytest.raises(ConfigError, match="sft.noise"):
+        validate_sft(load_sft(["sft.noise=0.1"]))

@@ -1,0 +1,221 @@
+"""Supervised fine-tuning on oracle demonstrations: `python -m rlfw.sft env=maze`.
+
+Each training example is one turn in exactly the format the RL rollout uses with `history=none`
+(the user turn built by `rlfw.rollout.agent_loop.turn_message`: current image, task prompt, last
+step's feedback), followed by the oracle's action and `<|im_end|>`; only those two tokens carry
+loss. Demonstrations come from fresh training mazes (seeds in `envs.eval_sets.TRAIN_SEEDS`), never
+from evaluation seeds. Evaluation is greedy pass@1 on held-out mazes and on `eval64`, through the
+same `rlfw.evaluate` as RL. The result is a Hugging Face style folder (model, tokenizer, image
+processor) that `model.path=` accepts.
+
+    python -m rlfw.sft                                   # to convergence (sft.steps)
+    python -m rlfw.sft sft.stop_at_pass_at_1=0.45        # an early checkpoint for GRPO to refine
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from pathlib import Path
+
+import hydra
+import numpy as np
+import torch
+from omegaconf import DictConfig, OmegaConf
+
+from rlfw.config import SFTConfig, SFTRunConfig, register_configs, validate_sft
+from rlfw.models.processing import PolicyProcessor
+from rlfw.rollout.agent_loop import LoopLimits, turn_message
+from rlfw.rollout.types import Segment
+
+register_configs()
+
+
+class DemoSampler:
+    """Oracle-labelled states from fresh training mazes, as (image, task text, feedback, action)."""
+
+    def __init__(self, make_env, seed: int, mode: str, noise: float):
+        from envs.eval_sets import TRAIN_SEEDS
+
+        self.env = make_env()
+        self.rng = np.random.default_rng(seed)
+        self.seeds = TRAIN_SEEDS
+        self.mode, self.noise = mode, noise
+        self.n_moves = len(self.env.unwrapped.action_strings) - 1  # the last action is stop
+
+    def _seed(self) -> int:
+        return int(self.rng.integers(self.seeds.start, self.seeds.stop))
+
+    def _label(self, obs: dict, task: str, feedback: str) -> tuple:
+        return obs["image"], task, feedback, self.env.unwrapped.best_action()
+
+    def _all_squares(self) -> tuple:
+        """A random open square (its genuine feedback from one random move), or the start state."""
+        env, u = self.env, self.env.unwrapped
+        obs, _ = env.reset(seed=self._seed())
+        task = obs["text"]
+        record = u.layout()
+        if self.rng.random() < 1 / 6:
+            return self._label(obs, task, "")
+        open_cells = [(r, c) for r, row in enumerate(record["grid"]) for c, ch in enumerate(row) if ch == "."]
+        r, c = open_cells[self.rng.integers(len(open_cells))]
+        env.reset(options={"layout": {**record, "agent": [r, c]}})
+        obs = env.step(u.action_strings[self.rng.integers(self.n_moves)])[0]
+        return self._label(obs, task, obs["text"])
+
+    def _oracle_path(self, n: int) -> list[tuple]:
+        env, u = self.env, self.env.unwrapped
+        out: list[tuple] = []
+        while len(out) < n:
+            obs, _ = env.reset(seed=self._seed())
+            task, feedback = obs["text"], ""
+            for _ in range(u.max_turns):
+                out.append(self._label(obs, task, feedback))
+                off_path = self.rng.random() < self.noise
+                action = u.action_strings[self.rng.integers(self.n_moves)] if off_path else u.best_action()
+                obs, _, terminated, truncated, _ = env.step(action)
+                feedback = obs["text"]
+                if terminated or truncated:
+                    break
+        idx = self.rng.permutation(len(out))[:n]
+        return [out[i] for i in idx]
+
+    def sample(self, n: int) -> list[tuple]:
+        if self.mode == "oracle_path":
+            return self._oracle_path(n)
+        return [self._all_squares() for _ in range(n)]
+
+
+def to_segment(processor: PolicyProcessor, image, task: str, feedback: str, action: str) -> Segment:
+    feats = [processor.image_features(image)]
+    prompt = processor.encode_message(turn_message(task, feedback), feats) + processor.generation_prompt_ids
+    answer = processor.tokenizer.encode(action, add_special_tokens=False) + [processor.eos_token_id]
+    ids = prompt + answer
+    return Segment(ids, [0] * len(prompt) + [1] * len(answer), [0.0] * len(ids), [image])
+
+
+def sft_lr(cfg: SFTConfig):
+    decay_start = int(cfg.steps * (1 - cfg.decay_fraction))
+
+    def fn(step: int) -> float:
+        if step < cfg.warmup_steps:
+            return (step + 1) / cfg.warmup_steps
+        if step < decay_start:
+            return 1.0
+        return 0.5 * (1 + math.cos(math.pi * (step - decay_start) / max(1, cfg.steps - decay_start)))
+
+    return fn
+
+
+def save_checkpoint(model, processor: PolicyProcessor, path: Path, info: dict) -> None:
+    """Write an HF folder through a staging folder, so a crash never leaves half a checkpoint."""
+    import os
+    import shutil
+
+    staging = path.with_name(path.name + ".tmp")
+    shutil.rmtree(staging, ignore_errors=True)
+    to_save = model.merge_and_unload() if hasattr(model, "merge_and_unload") else model
+    to_save.save_pretrained(str(staging))
+    processor.save_pretrained(staging)
+    (staging / "rlfw_sft.json").write_text(json.dumps(info, indent=2))
+    shutil.rmtree(path, ignore_errors=True)
+    os.replace(staging, path)
+
+
+def run_sft(cfg: SFTRunConfig) -> dict:
+    from rlfw.build import build_policy_model, eval_tasks, make_env_fn, prepare_base_model, seed_everything
+    from rlfw.evaluate import evaluate
+    from rlfw.logging import MetricLogger
+    from rlfw.policy import sequence_logprobs
+    from rlfw.rollout.engine import TransformersEngine
+
+    validate_sft(cfg)
+    s = cfg.sft
+    torch.set_num_threads(s.torch_threads)
+    out_dir = Path(s.output_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    seed_everything(cfg.seed)
+    make_env = make_env_fn(cfg.env)
+    path = prepare_base_model(cfg.model, make_env, out_dir, cfg.seed)
+    model, processor = build_policy_model(cfg.model, path)
+    params = [p for p in model.parameters() if p.requires_grad]
+    optimizer = torch.optim.AdamW(params, lr=s.lr, weight_decay=s.weight_decay)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, sft_lr(s))
+    sampler = DemoSampler(make_env, cfg.seed, s.states, s.noise)
+    limits = LoopLimits(max_turns=cfg.env.max_turns, max_new_tokens=cfg.env.max_new_tokens,
+                        max_episode_tokens=cfg.env.max_episode_tokens, history="none")
+    sets = {"heldout": eval_tasks(cfg.env, "heldout", s.eval_size), cfg.env.eval_set: eval_tasks(cfg.env)}
+    envs = [make_env() for _ in range(max(len(t) for t, _ in sets.values()))]
+    engine = TransformersEngine(model, processor)
+    logger = MetricLogger(cfg.logger, out_dir, total_steps=s.steps, run_config=cfg)
+    command = "python -m rlfw.sft " + " ".join(_overrides())
+    started = time.perf_counter()
+
+    def run_eval(step: int) -> dict:
+        metrics = {}
+        for name, (tasks, layouts) in sets.items():
+            metrics.update({k: v for k, v in evaluate(engine, processor, envs, tasks, layouts, limits, name,
+                                                      out_dir / "eval" / f"step_{step:06d}" / name, n_gifs=2).items()
+                            if not k.startswith("eval/all/")})
+        metrics["sft/minutes"] = (time.perf_counter() - started) / 60
+        logger.log(step, metrics)
+        model.train()
+        info = {"step": step, "seed": cfg.seed, "command": command, **metrics}
+        save_checkpoint(model, processor, out_dir / "snapshots" / f"step_{step:06d}", info)
+        logger.message(f"step {step}: held-out pass@1 {metrics['eval/heldout/pass_at_1']:.3f}, "
+                       f"{cfg.env.eval_set} pass@1 {metrics[f'eval/{cfg.env.eval_set}/pass_at_1']:.3f} "
+                       f"({metrics['sft/minutes']:.1f} min)")
+        return metrics
+
+    model.train()
+    metrics: dict = {}
+    t_log, n_states = time.perf_counter(), 0
+    for step in range(1, s.steps + 1):
+        segments = [to_segment(processor, *state) for state in sampler.sample(s.batch_size)]
+        logp, mask, _ = sequence_logprobs(model, processor, segments)
+        loss = -(logp * mask).sum() / mask.sum()
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        grad_norm = torch.nn.utils.clip_grad_norm_(params, s.max_grad_norm)
+        optimizer.step()
+        scheduler.step()
+        n_states += len(segments)
+        if step % 10 == 0 or step == s.steps:
+            first_answer = mask.argmax(dim=1)  # the action token is the first supervised one
+            p_action = logp.detach().gather(1, first_answer[:, None]).exp()
+            now = time.perf_counter()
+            logger.log(step, {"sft/loss": loss.item(), "sft/action_prob": p_action.mean().item(),
+                              "sft/action_acc": (p_action > 0.5).float().mean().item(),
+                              "sft/grad_norm": float(grad_norm), "sft/lr": scheduler.get_last_lr()[0],
+                              "sft/states_per_s": n_states / (now - t_log)})
+            t_log, n_states = now, 0
+        if s.eval_interval and (step % s.eval_interval == 0 or step == s.steps):
+            metrics = run_eval(step)
+            done = s.stop_at_pass_at_1 is not None and metrics["eval/heldout/pass_at_1"] >= s.stop_at_pass_at_1
+            if done or step == s.steps:
+                break
+        logger.progress(step)
+    final = out_dir / "checkpoint"
+    save_checkpoint(model, processor, final, {"step": step, "seed": cfg.seed, "command": command, **metrics})
+    logger.close()
+    print(f"rlfw.sft: checkpoint in {final.resolve()} (use model.path={final.resolve()})", flush=True)
+    return metrics
+
+
+def _overrides() -> list[str]:
+    from hydra.core.hydra_config import HydraConfig
+
+    try:
+        return list(HydraConfig.get().overrides.task)
+    except ValueError:
+        return []
+
+
+@hydra.main(version_base="1.3", config_path="../conf", config_name="sft")
+def main(cfg: DictConfig) -> None:
+    run_sft(OmegaConf.to_object(cfg))
+
+
+if __name__ == "__main__":
+    main()
