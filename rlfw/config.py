@@ -198,6 +198,21 @@ class TrainerConfig:
     """Shared storage through which the trainer hands the adapter to the engines after each step."""
     eval_save_episodes: int = 4
     """Evaluation episodes saved with images (GIF) per evaluation; all are saved as JSONL."""
+    ckpt_interval: int = 0
+    """Write a full checkpoint (weights, optimizer, LR schedule, step, RNG) every this many steps; 0 disables."""
+    ckpt_path: str = "${trainer.output_dir}/checkpoints"
+    """Folder of global_step_N/ checkpoints and the latest_checkpointed_iteration.txt pointer."""
+    max_ckpts_to_keep: int = 2
+    """Full checkpoints kept (oldest pruned); 0 keeps all."""
+    hf_save_interval: int = 0
+    """Export an inference-ready policy (adapter + processor) to ckpt_path/global_step_N/policy every this
+    many steps; 0 disables."""
+    resume_mode: str = "none"
+    """none (start fresh), latest (newest valid checkpoint under ckpt_path, else start fresh) or from_path."""
+    resume_path: Optional[str] = None
+    """A global_step_N folder, with resume_mode=from_path."""
+    resume_ignore_config_changes: bool = False
+    """Resume even if model keys (architecture, path, LoRA) differ from the checkpoint's."""
 
 
 @dataclass
@@ -319,8 +334,14 @@ def validate(cfg: Config) -> None:
         errs.append(f"algo.top_p={a.top_p} must be in (0, 1]")
     if cfg.model.lora.rank < 0:
         errs.append(f"model.lora.rank={cfg.model.lora.rank} must be >= 0 (0 = full fine-tuning)")
-    if cfg.trainer.eval_interval < 0:
-        errs.append(f"trainer.eval_interval={cfg.trainer.eval_interval} must be >= 0 (0 disables)")
+    t = cfg.trainer
+    for key, val in [("trainer.eval_interval", t.eval_interval), ("trainer.ckpt_interval", t.ckpt_interval),
+                     ("trainer.hf_save_interval", t.hf_save_interval), ("trainer.max_ckpts_to_keep", t.max_ckpts_to_keep)]:
+        if val < 0:
+            errs.append(f"{key}={val} must be >= 0 (0 disables)")
+    errs += _choice(t.resume_mode, ["none", "latest", "from_path"], "trainer.resume_mode")
+    if t.resume_mode == "from_path" and not t.resume_path:
+        errs.append("trainer.resume_mode=from_path needs trainer.resume_path=<ckpt_path>/global_step_N")
     if c.engine_backend == "vllm" and c.gpus_per_worker <= 0:
         errs.append("cluster.engine_backend=vllm needs GPUs: set cluster.gpus_per_worker>0 or use engine_backend=transformers")
     if errs:

@@ -17,7 +17,14 @@ from rlfw.config import LoggerConfig
 
 class _Jsonl:
     def __init__(self, path: Path):
+        self.path = path
         self.f = open(path, "a", buffering=1)
+
+    def truncate_after(self, step: int) -> None:
+        self.f.close()
+        rows = [line for line in self.path.read_text().splitlines() if json.loads(line)["step"] <= step]
+        self.path.write_text("".join(r + "\n" for r in rows))
+        self.f = open(self.path, "a", buffering=1)
 
     def log(self, step: int, metrics: dict[str, float]) -> None:
         self.f.write(json.dumps({"step": step, **metrics}) + "\n")
@@ -30,7 +37,14 @@ class _TensorBoard:
     def __init__(self, path: Path):
         from torch.utils.tensorboard import SummaryWriter
 
+        self.path = path
         self.w = SummaryWriter(str(path))
+
+    def truncate_after(self, step: int) -> None:
+        from torch.utils.tensorboard import SummaryWriter
+
+        self.w.close()
+        self.w = SummaryWriter(str(self.path), purge_step=step + 1)
 
     def log(self, step: int, metrics: dict[str, float]) -> None:
         for k, v in metrics.items():
@@ -51,6 +65,9 @@ class _Wandb:
 
     def log(self, step: int, metrics: dict[str, float]) -> None:
         self.run.log(metrics, step=step)
+
+    def truncate_after(self, step: int) -> None:
+        """wandb keeps its history; the resumed run logs into a new offline run."""
 
     def close(self) -> None:
         self.run.finish()
@@ -77,6 +94,11 @@ class MetricLogger:
         self.last.update(metrics)
         for sink in self.sinks:
             sink.log(step, metrics)
+
+    def truncate_after(self, step: int) -> None:
+        """Drop metrics logged after `step` (a resumed run logs those steps again)."""
+        for sink in self.sinks:
+            sink.truncate_after(step)
 
     def progress(self, step: int) -> None:
         """Advance the bar to `step` and show the headline numbers."""

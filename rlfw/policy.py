@@ -76,13 +76,16 @@ class PolicyTrainer:
         return out
 
     # -- update ---------------------------------------------------------------------------------
-    def update(self, segments: list[Segment], advantages: list[float], groups: list[int]) -> dict[str, float]:
+    def update(self, segments: list[Segment], advantages: list[float], groups: list[int],
+               seed: int = 0) -> dict[str, float]:
         """One training step: `update_epochs` passes of mini-batches over `segments`.
 
         `advantages[i]` is segment i's (its episode's) advantage; `groups[i]` its task group, used to
-        cut mini-batches at task boundaries (mini_batch_size tasks each).
+        cut mini-batches at task boundaries (mini_batch_size tasks each). `seed` fixes the mini-batch
+        order, so a resumed run repeats a step exactly.
         """
         a = self.algo
+        self.generator.manual_seed(seed)
         unique_groups = sorted(set(groups))
         n_minis = max(1, len(unique_groups) // a.mini_batch_size) if len(unique_groups) >= a.mini_batch_size else 1
         # One optimizer step on fresh samples is exactly on-policy: the old log-probs are the current
@@ -136,9 +139,44 @@ class PolicyTrainer:
         acc["lr"] = self.scheduler.get_last_lr()[0]
         return acc
 
-    # -- weights --------------------------------------------------------------------------------
+    # -- weights and checkpoints ----------------------------------------------------------------
     def save_weights(self, sync_root: str | Path, version: int) -> Path:
         return save_policy_weights(self.model, sync_root, version)
+
+    def state_dict(self) -> dict:
+        """Everything the update depends on: trainable weights, AdamW, LR schedule, step count."""
+        return {
+            "model": {n: p.detach().clone() for n, p in self.model.named_parameters() if p.requires_grad},
+            "optimizer": self.optimizer.state_dict(),
+            "scheduler": self.scheduler.state_dict(),
+            "optimizer_steps": self.optimizer_steps,
+        }
+
+    def load_state_dict(self, state: dict) -> None:
+        params = dict((n, p) for n, p in self.model.named_parameters() if p.requires_grad)
+        if params.keys() != state["model"].keys():
+            missing = sorted(params.keys() - state["model"].keys())[:3]
+            extra = sorted(state["model"].keys() - params.keys())[:3]
+            raise RuntimeError(f"checkpoint weights do not match the model: missing {missing}, unexpected {extra}")
+        with torch.no_grad():
+            for name, p in params.items():
+                p.copy_(state["model"][name])
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.scheduler.load_state_dict(state["scheduler"])
+        self.optimizer_steps = state["optimizer_steps"]
+
+    def export_pretrained(self, path: str | Path) -> None:
+        """An inference-ready folder (PEFT adapter or full model, plus processor), staged then renamed."""
+        import os
+        import shutil
+
+        path = Path(path)
+        staging = path.with_name(path.name + ".tmp")
+        shutil.rmtree(staging, ignore_errors=True)
+        self.model.save_pretrained(str(staging))
+        self.processor.save_pretrained(staging)
+        shutil.rmtree(path, ignore_errors=True)
+        os.replace(staging, path)
 
 
 def sequence_logprobs(model: torch.nn.Module, processor: PolicyProcessor, segments: list[Segment],

@@ -1,8 +1,12 @@
-"""The GRPO training loop: rollout -> advantages -> update -> sync -> log -> evaluate.
+"""The GRPO training loop: rollout -> advantages -> update -> sync -> log -> evaluate -> checkpoint.
 
 It receives a `policy` (trainer worker) and an `engine` (one or a pool of rollout engines) from
 the runtime, in-process or Ray actors alike, and never imports ray. Variants of GRPO are chosen by
 name from `rlfw.algos` (advantage estimator, policy loss, reduction), never by branches here.
+
+Step N's rollouts are a pure function of (seed, N, current weights): its tasks and the engines'
+sampling seed are derived from (seed, N), so a run resumed from a checkpoint repeats exactly what
+the uninterrupted run would have done.
 """
 
 from __future__ import annotations
@@ -13,52 +17,27 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from rlfw import checkpoint
 from rlfw.algos import get_adv_est, nonconstant_groups
 from rlfw.build import eval_tasks, make_env_fn
 from rlfw.config import Config
 from rlfw.evaluate import episode_metrics, evaluate
 from rlfw.models.processing import PolicyProcessor
 from rlfw.rollout.agent_loop import LoopLimits, collect
-from rlfw.rollout.types import Episode, SamplingParams, Task
+from rlfw.rollout.types import Episode, SamplingParams, Segment, Task
 
 
-class TaskSampler:
-    """Training tasks: generator seeds drawn from `envs.eval_sets.TRAIN_SEEDS` (never held-out seeds)."""
-
-    def __init__(self, seed: int, seeds: range):
-        self.rng = np.random.default_rng(seed)
-        self.seeds = seeds
-
-    def next(self, n: int) -> list[Task]:
-        return [Task(seed=int(s)) for s in self.rng.integers(self.seeds.start, self.seeds.stop, size=n)]
+def step_seed(seed: int, step: int, round_: int = 0) -> int:
+    """A 31-bit seed for (run seed, step, sampling round)."""
+    return int(np.random.default_rng([seed, step, round_]).integers(2**31))
 
 
-def rollout_step(cfg: Config, engine, processor, envs, sampler: TaskSampler, timers: dict) -> tuple[list[Episode], int]:
-    """Collect a step's episodes; with dynamic sampling, keep (and top up) informative groups only."""
-    a = cfg.algo
-    params = SamplingParams(temperature=a.temperature, top_p=a.top_p, max_new_tokens=cfg.env.max_new_tokens)
-    limits = limits_of(cfg)
-    kept: list[Episode] = []
-    rounds = a.max_sample_rounds if a.dynamic_sampling == "resample" else 1
-    for r in range(rounds):
-        need = a.train_batch_size - len({(e.group_id) for e in kept})
-        episodes = collect(engine, processor, envs, sampler.next(need), a.n_samples_per_prompt, params, limits,
-                           timers=timers)
-        for e in episodes:
-            e.group_id += r * a.train_batch_size  # unique across rounds
-        if a.dynamic_sampling != "off":
-            rewards, groups = _rewards_groups(episodes)
-            keep = nonconstant_groups(rewards, groups).tolist()
-            episodes = [e for e, k in zip(episodes, keep) if k]
-        kept += episodes
-        if len({e.group_id for e in kept}) >= a.train_batch_size:
-            break
-    return kept, r + 1
+def training_tasks(seed: int, step: int, round_: int, n: int) -> list[Task]:
+    """Step `step`'s tasks: generator seeds drawn from envs.eval_sets.TRAIN_SEEDS (never held-out seeds)."""
+    from envs.eval_sets import TRAIN_SEEDS
 
-
-def _rewards_groups(episodes: list[Episode]) -> tuple[torch.Tensor, torch.Tensor]:
-    return (torch.tensor([e.reward for e in episodes], dtype=torch.float32),
-            torch.tensor([e.group_id for e in episodes], dtype=torch.long))
+    rng = np.random.default_rng([seed, step, round_, 1])
+    return [Task(seed=int(s)) for s in rng.integers(TRAIN_SEEDS.start, TRAIN_SEEDS.stop, size=n)]
 
 
 def limits_of(cfg: Config) -> LoopLimits:
@@ -67,16 +46,71 @@ def limits_of(cfg: Config) -> LoopLimits:
                       max_episode_tokens=e.max_episode_tokens, history=e.history)
 
 
-def train(cfg: Config, out_dir: Path, model_path: str, policy, engine, logger) -> dict:
-    """Run cfg.trainer.total_steps steps; return the last metrics."""
-    from envs.eval_sets import TRAIN_SEEDS
+def rollout_step(cfg: Config, step: int, engine, processor, envs, timers: dict) -> tuple[list[Episode], int]:
+    """Collect a step's episodes; with dynamic sampling, keep (and top up) informative groups only."""
+    a = cfg.algo
+    params = SamplingParams(temperature=a.temperature, top_p=a.top_p, max_new_tokens=cfg.env.max_new_tokens)
+    kept: list[Episode] = []
+    rounds = a.max_sample_rounds if a.dynamic_sampling == "resample" else 1
+    for r in range(rounds):
+        need = a.train_batch_size - len({e.group_id for e in kept})
+        engine.set_seed(step_seed(cfg.seed, step, r))
+        episodes = collect(engine, processor, envs, training_tasks(cfg.seed, step, r, need), a.n_samples_per_prompt,
+                           params, limits_of(cfg), timers=timers)
+        for e in episodes:
+            e.group_id += r * a.train_batch_size  # unique across rounds
+        if a.dynamic_sampling != "off":
+            rewards, groups = rewards_and_groups(episodes)
+            episodes = [e for e, k in zip(episodes, nonconstant_groups(rewards, groups).tolist()) if k]
+        kept += episodes
+        if len({e.group_id for e in kept}) >= a.train_batch_size:
+            break
+    return kept, r + 1
 
+
+def rewards_and_groups(episodes: list[Episode]) -> tuple[torch.Tensor, torch.Tensor]:
+    return (torch.tensor([e.reward for e in episodes], dtype=torch.float32),  # [N]
+            torch.tensor([e.group_id for e in episodes], dtype=torch.long))  # [N]
+
+
+def flatten(episodes: list[Episode], advantages: torch.Tensor) -> tuple[list[Segment], list[float], list[int]]:
+    """Every segment of every episode, with its episode's advantage and group."""
+    segments, adv, groups = [], [], []
+    for e, a in zip(episodes, advantages.tolist()):
+        segments += e.segments
+        adv += [a] * len(e.segments)
+        groups += [e.group_id] * len(e.segments)
+    return segments, adv, groups
+
+
+def resume(cfg: Config, policy, logger) -> int:
+    """Load the checkpoint resume_mode asks for; return the step to continue after (0 = fresh)."""
+    t = cfg.trainer
+    if t.resume_mode == "none":
+        return 0
+    found = (checkpoint.Resumed(int(Path(t.resume_path).name.rsplit("_", 1)[1]), Path(t.resume_path))
+             if t.resume_mode == "from_path" else checkpoint.find_resume(t.ckpt_path, logger.message))
+    if found is None:
+        logger.message(f"resume_mode=latest: no valid checkpoint under {t.ckpt_path}; starting fresh")
+        return 0
+    problem = checkpoint.verify(found.path)
+    if problem:
+        raise checkpoint.CheckpointError(f"cannot resume from {found.path}: {problem}")
+    checkpoint.check_config(found.path, cfg, t.resume_ignore_config_changes)
+    policy.load_checkpoint(str(found.path / checkpoint.POLICY_STATE))
+    checkpoint.load_trainer_state(found.path)
+    logger.truncate_after(found.step)
+    logger.message(f"resumed from {found.path} (step {found.step})")
+    return found.step
+
+
+def train(cfg: Config, out_dir: Path, model_path: str, policy, engine, logger) -> dict:
+    """Run (or continue) to cfg.trainer.total_steps; return the last metrics."""
     a, t = cfg.algo, cfg.trainer
     processor = PolicyProcessor.from_pretrained(model_path)
     make_env = make_env_fn(cfg.env)
     tasks, layouts = eval_tasks(cfg.env)
     envs = [make_env() for _ in range(max(a.train_batch_size * a.n_samples_per_prompt, len(tasks)))]
-    sampler = TaskSampler(cfg.seed, TRAIN_SEEDS)
     adv_fn = get_adv_est(a.advantage_estimator)
     sync_root = Path(t.lora_sync_path)
 
@@ -90,44 +124,42 @@ def train(cfg: Config, out_dir: Path, model_path: str, policy, engine, logger) -
         logger.message(f"step {step}: eval/{cfg.env.name}/pass_at_1={metrics[f'eval/{cfg.env.name}/pass_at_1']:.3f}"
                        + (f" (solvable within {cfg.env.max_turns} turns: {ceiling:.3f})" if ceiling is not None else ""))
 
-    policy.save_weights(str(sync_root), 0)  # engines start from exactly the trainer's weights
+    start = resume(cfg, policy, logger)
+    policy.save_weights(str(sync_root), start)  # engines start from exactly the trainer's weights
     engine.load_weights(str(sync_root))
-    if t.eval_interval and t.eval_before_train:
+    if t.eval_interval and t.eval_before_train and start == 0:
         run_eval(0)
-    for step in range(1, t.total_steps + 1):
-        t_step = time.perf_counter()
-        timers: dict[str, float] = {}
-        episodes, rounds = rollout_step(cfg, engine, processor, envs, sampler, timers)
-        metrics = {f"train/{k.split('/', 1)[1]}": v for k, v in episode_metrics(episodes, "x").items()} if episodes else {}
-        metrics["train/sample_rounds"] = rounds
+    logger.progress(start)
+    for step in range(start + 1, t.total_steps + 1):
+        t_step, timers = time.perf_counter(), {}
+        episodes, rounds = rollout_step(cfg, step, engine, processor, envs, timers)
+        metrics = {"train/sample_rounds": rounds}
         if episodes:
-            rewards, groups = _rewards_groups(episodes)
+            rewards, groups = rewards_and_groups(episodes)
             adv = adv_fn(rewards, groups)
-            segments, seg_adv, seg_groups = [], [], []
-            for e, a_i in zip(episodes, adv.tolist()):
-                for s in e.segments:
-                    segments.append(s)
-                    seg_adv.append(a_i)
-                    seg_groups.append(e.group_id)
             t0 = time.perf_counter()
             engine.sleep()
-            stats = policy.update(segments, seg_adv, seg_groups)
+            stats = policy.update(*flatten(episodes, adv), seed=step_seed(cfg.seed, step, 99))
             engine.wake_up()
             t1 = time.perf_counter()
             policy.save_weights(str(sync_root), step)
-            versions = engine.load_weights(str(sync_root))
-            t2 = time.perf_counter()
-            metrics["policy/engine_weights_version"] = min(versions)
+            metrics["policy/engine_weights_version"] = min(engine.load_weights(str(sync_root)))
             metrics.update({f"policy/{k}": v for k, v in stats.items()})
-            metrics.update({"train/reward_mean": float(rewards.mean()), "train/success_rate": metrics.pop("train/pass_at_1"),
-                            "train/advantage_abs_mean": float(adv.abs().mean()),
-                            "train/episodes": len(episodes), "train/segments": len(segments),
+            metrics.update({f"train/{k.split('/', 1)[1]}": v for k, v in episode_metrics(episodes, "x").items()})
+            metrics.update({"train/success_rate": metrics.pop("train/pass_at_1"),
+                            "train/advantage_abs_mean": float(adv.abs().mean()), "train/episodes": len(episodes),
                             "train/generated_tokens": sum(e.generated_tokens for e in episodes),
-                            "timing/train": t1 - t0, "timing/sync": t2 - t1})
+                            "timing/train": t1 - t0, "timing/sync": time.perf_counter() - t1})
         metrics.update({f"timing/{k}": v for k, v in timers.items()})
         metrics["timing/step"] = time.perf_counter() - t_step
         logger.log(step, metrics)
         if t.eval_interval and (step % t.eval_interval == 0 or step == t.total_steps):
             run_eval(step)
+        if t.ckpt_interval and (step % t.ckpt_interval == 0 or step == t.total_steps):
+            t0 = time.perf_counter()
+            checkpoint.save_checkpoint(t.ckpt_path, step, policy, cfg, t.max_ckpts_to_keep)
+            logger.log(step, {"timing/checkpoint": time.perf_counter() - t0})
+        if t.hf_save_interval and (step % t.hf_save_interval == 0 or step == t.total_steps):
+            policy.export_pretrained(str(Path(t.ckpt_path) / f"global_step_{step}" / "policy"))
         logger.progress(step)
     return dict(logger.last)

@@ -28,8 +28,18 @@ class PolicyWorker:
         model, processor = build_policy_model(model_cfg, path)
         self.trainer = PolicyTrainer(model, processor, algo, optimizer_steps, seed=seed)
 
-    def update(self, segments: list[Segment], advantages: list[float], groups: list[int]) -> dict[str, float]:
-        return self.trainer.update(segments, advantages, groups)
+    def update(self, segments: list[Segment], advantages: list[float], groups: list[int],
+               seed: int = 0) -> dict[str, float]:
+        return self.trainer.update(segments, advantages, groups, seed)
+
+    def save_checkpoint(self, path: str) -> None:
+        torch.save(self.trainer.state_dict(), path)
+
+    def load_checkpoint(self, path: str) -> None:
+        self.trainer.load_state_dict(torch.load(path, weights_only=False))
+
+    def export_pretrained(self, path: str) -> None:
+        self.trainer.export_pretrained(path)
 
     def save_weights(self, sync_root: str, version: int) -> str:
         return str(self.trainer.save_weights(sync_root, version))
@@ -58,6 +68,10 @@ class EngineWorker:
     def load_weights(self, path: str) -> int:
         return self.engine.load_weights(path)
 
+    def set_seed(self, seed: int) -> None:
+        """Seed the sampler; a step's rollouts are then a function of (seed, weights)."""
+        torch.manual_seed(seed)
+
     def sleep(self) -> None:
         self.engine.sleep()
 
@@ -81,6 +95,9 @@ class EnginePool:
 
     def load_weights(self, path: str) -> list[int]:
         return self._call([(e, "load_weights", (path,)) for e in self.engines])
+
+    def set_seed(self, seed: int) -> None:
+        self._call([(e, "set_seed", (seed * 1000 + i,)) for i, e in enumerate(self.engines)])
 
     def sleep(self) -> None:
         self._call([(e, "sleep", ()) for e in self.engines])

@@ -1,0 +1,120 @@
+"""Checkpoints are complete, verified and found again; a killed run resumes to the same result."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from rlfw import checkpoint
+from rlfw.config import Config, LoraConfig, ModelConfig
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+class FakePolicy:
+    def __init__(self, value: float):
+        self.value = value
+
+    def save_checkpoint(self, path: str) -> None:
+        torch.save({"w": torch.full((64,), self.value)}, path)
+
+
+def _cfg(rank: int = 16) -> Config:
+    return Config(model=ModelConfig(name="tiny_vl", lora=LoraConfig(rank=rank)))
+
+
+def test_save_writes_manifest_pointer_and_prunes(tmp_path):
+    for step in (1, 2, 3):
+        checkpoint.save_checkpoint(tmp_path, step, FakePolicy(step), _cfg(), max_to_keep=2)
+    assert (tmp_path / checkpoint.POINTER).read_text() == "3"
+    assert sorted(p.name for p in tmp_path.glob("global_step_*")) == ["global_step_2", "global_step_3"]
+    assert checkpoint.verify(tmp_path / "global_step_3") is None
+    found = checkpoint.find_resume(tmp_path, log=lambda m: None)
+    assert found.step == 3
+
+
+@pytest.mark.parametrize("damage", ["truncate", "corrupt", "no_manifest"])
+def test_damaged_latest_is_reported_and_skipped(tmp_path, damage):
+    for step in (1, 2):
+        checkpoint.save_checkpoint(tmp_path, step, FakePolicy(step), _cfg(), max_to_keep=0)
+    victim = tmp_path / "global_step_2"
+    state = victim / checkpoint.POLICY_STATE
+    if damage == "truncate":
+        state.write_bytes(state.read_bytes()[:100])
+    elif damage == "corrupt":
+        data = bytearray(state.read_bytes())
+        data[-10] ^= 0xFF
+        state.write_bytes(bytes(data))
+    else:
+        (victim / checkpoint.MANIFEST).unlink()
+    messages = []
+    found = checkpoint.find_resume(tmp_path, log=messages.append)
+    assert found.step == 1
+    assert "global_step_2" in messages[0] and "falling back" in messages[0]
+
+
+def test_half_written_step_is_ignored(tmp_path):
+    checkpoint.save_checkpoint(tmp_path, 1, FakePolicy(1), _cfg(), max_to_keep=0)
+    (tmp_path / "global_step_2.tmp").mkdir()  # a crash while writing step 2
+    (tmp_path / "global_step_2.tmp" / "policy_state.pt").write_bytes(b"partial")
+    assert checkpoint.find_resume(tmp_path, log=print).step == 1
+
+
+def test_config_change_that_alters_meaning_is_refused(tmp_path):
+    path = checkpoint.save_checkpoint(tmp_path, 1, FakePolicy(1), _cfg(rank=16), max_to_keep=0)
+    checkpoint.check_config(path, _cfg(rank=16), allow_changes=False)
+    with pytest.raises(checkpoint.CheckpointError, match="model.lora.rank: checkpoint 16, now 8"):
+        checkpoint.check_config(path, _cfg(rank=8), allow_changes=False)
+    checkpoint.check_config(path, _cfg(rank=8), allow_changes=True)
+
+
+def test_preflight_rejects_unwritable_location(tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    with pytest.raises(checkpoint.CheckpointError, match="not writable"):
+        checkpoint.preflight(blocker / "ckpts")
+
+
+def _run(out: Path, *extra: str, wait_for: Path | None = None) -> subprocess.CompletedProcess | None:
+    cmd = [sys.executable, "-m", "rlfw.run", "experiment=debug", "trainer.total_steps=4", "trainer.ckpt_interval=1",
+           "trainer.eval_interval=2", "algo.entropy_coef=0.01", f"trainer.output_dir={out}", *extra]
+    if wait_for is None:
+        proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        return proc
+    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            start_new_session=True)
+    deadline = time.time() + 300
+    while not wait_for.exists():
+        assert proc.poll() is None, "run ended before the kill point"
+        assert time.time() < deadline
+        time.sleep(0.05)
+    os.killpg(proc.pid, signal.SIGKILL)  # the driver and everything it started (Ray included)
+    proc.wait()
+    return None
+
+
+def _history(out: Path) -> list[dict]:
+    rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    return [{k: v for k, v in r.items() if not k.startswith("timing/")} for r in rows]
+
+
+def test_killed_run_resumes_to_the_uninterrupted_result(tmp_path):
+    straight, killed = tmp_path / "straight", tmp_path / "killed"
+    _run(straight)
+    # SIGKILL mid-run, right after step 2's checkpoint lands: step 3's rollout is under way
+    _run(killed, wait_for=killed / "checkpoints" / "global_step_2" / "manifest.json")
+    proc = _run(killed, "trainer.resume_mode=latest")
+    assert "resumed from" in proc.stdout + proc.stderr
+    final_a = load_file(str(straight / "lora_sync" / "v4" / "adapter_model.safetensors"))
+    final_b = load_file(str(killed / "lora_sync" / "v4" / "adapter_model.safetensors"))
+    for name in final_a:
+        assert torch.equal(final_a[name], final_b[name]), name  # bit-for-bit on CPU
+    assert _history(straight) == _history(killed)
