@@ -156,6 +156,8 @@ class ClusterConfig:
     """GPUs reserved per worker bundle."""
     torch_threads: int = 1
     """torch.set_num_threads in each worker (1 is fastest on small CPUs)."""
+    max_engine_restarts: int = 3
+    """Times Ray restarts a dead rollout engine; the interrupted step's rollouts are redone."""
     placement_timeout_s: float = 60.0
     """Seconds to wait for the placement group before failing with a clear message."""
     ray_address: Optional[str] = None

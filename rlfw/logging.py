@@ -88,10 +88,12 @@ class MetricLogger:
 
             self.bar = tqdm(total=total_steps, desc="train", unit="step", dynamic_ncols=True)
         self.last: dict[str, float] = {}
+        self.last_step = 0
 
     def log(self, step: int, metrics: dict[str, float]) -> None:
         metrics = {k: float(v) for k, v in metrics.items() if v is not None and math.isfinite(float(v))}
         self.last.update(metrics)
+        self.last_step = step
         for sink in self.sinks:
             sink.log(step, metrics)
 

@@ -41,6 +41,11 @@ def main_from_config(cfg: Config) -> dict:
     logger = build_logger(cfg, out_dir)
     try:
         final = train(cfg, out_dir, model_path, runtime.policy, runtime.engine, logger)
+    except BaseException:
+        step = logger.last_step
+        print(f"rlfw: training stopped after step {step}; to continue, rerun with "
+              f"trainer.output_dir={out_dir} trainer.resume_mode=latest", flush=True)
+        raise
     finally:
         logger.close()
         runtime.shutdown()

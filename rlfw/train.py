@@ -24,6 +24,7 @@ from rlfw.config import Config
 from rlfw.evaluate import episode_metrics, evaluate
 from rlfw.models.processing import PolicyProcessor
 from rlfw.rollout.agent_loop import LoopLimits, collect
+from rlfw.rollout.engine import EngineFailure
 from rlfw.rollout.types import Episode, SamplingParams, Segment, Task
 
 
@@ -132,7 +133,15 @@ def train(cfg: Config, out_dir: Path, model_path: str, policy, engine, logger) -
     logger.progress(start)
     for step in range(start + 1, t.total_steps + 1):
         t_step, timers = time.perf_counter(), {}
-        episodes, rounds = rollout_step(cfg, step, engine, processor, envs, timers)
+        for attempt in range(cfg.cluster.max_engine_restarts + 1):
+            try:
+                episodes, rounds = rollout_step(cfg, step, engine, processor, envs, timers)
+                break
+            except EngineFailure as exc:
+                if attempt == cfg.cluster.max_engine_restarts:
+                    raise
+                logger.message(f"step {step}: {exc}; redoing this step's rollouts (retry {attempt + 1})")
+                engine.recover(str(sync_root))
         metrics = {"train/sample_rounds": rounds}
         if episodes:
             rewards, groups = rewards_and_groups(episodes)

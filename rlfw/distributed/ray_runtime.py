@@ -16,6 +16,7 @@ from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
 from rlfw.config import Config
 from rlfw.distributed.workers import EnginePool, EngineWorker, PolicyWorker
+from rlfw.rollout.engine import EngineFailure
 
 
 class PlacementError(RuntimeError):
@@ -34,7 +35,10 @@ class _Proxy:
 
 
 def _ray_call(calls):
-    return ray.get([getattr(actor, method).remote(*args) for actor, method, args in calls])
+    try:
+        return ray.get([getattr(actor, method).remote(*args) for actor, method, args in calls])
+    except (ray.exceptions.RayActorError, ray.exceptions.ActorUnavailableError) as exc:
+        raise EngineFailure(f"a rollout engine died ({type(exc).__name__}); Ray is restarting it") from exc
 
 
 def bundles_for(cfg: Config) -> list[dict[str, float]]:
@@ -75,8 +79,8 @@ class RayRuntime:
             cfg.model, cfg.algo, model_path, optimizer_steps, cfg.seed, c.torch_threads)
         first = 0 if c.colocate_all else 1
         self.engine_actors = [
-            ray.remote(EngineWorker).options(**opts(first + i)).remote(cfg.model, model_path, c.torch_threads,
-                                                                       c.engine_backend)
+            ray.remote(EngineWorker).options(max_restarts=c.max_engine_restarts, **opts(first + i)).remote(
+                cfg.model, model_path, c.torch_threads, c.engine_backend)
             for i in range(c.num_engines)
         ]
         self.policy = _Proxy(self.policy_actor)

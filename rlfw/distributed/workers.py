@@ -7,9 +7,12 @@ The same classes run in-process (tests, debugging) or as Ray actors (`rlfw.distr
 
 from __future__ import annotations
 
+import time
+
 import torch
 
 from rlfw.config import AlgoConfig, ModelConfig
+from rlfw.rollout.engine import EngineFailure
 from rlfw.rollout.types import Completion, Prompt, SamplingParams, Segment
 
 
@@ -80,11 +83,18 @@ class EngineWorker:
 
 
 class EnginePool:
-    """Several engines behind the single-engine interface: a batch is split evenly across them."""
+    """Several engines behind the single-engine interface: a batch is split evenly across them.
 
-    def __init__(self, engines: list, call):
+    If an engine dies (the runtime raises EngineFailure and restarts it), idempotent calls wait
+    for it, reload the latest published weights and retry; `generate` lets the failure reach the
+    training loop, which redoes that step's rollouts after `recover`.
+    """
+
+    def __init__(self, engines: list, call, retries: int = 10, wait_s: float = 1.0):
         self.engines = engines
         self._call = call  # call(list_of_(engine, method, args)) -> list of results, run concurrently
+        self.retries, self.wait_s = retries, wait_s
+        self.sync_root: str | None = None
 
     def generate(self, prompts: list[Prompt], params: SamplingParams) -> list[Completion]:
         n = len(self.engines)
@@ -93,17 +103,42 @@ class EnginePool:
         parts = [p for p in parts if p[2][0]]
         return [c for chunk in self._call(parts) for c in chunk]
 
+    def _call_all(self, method: str, *args, reload: bool = True) -> list:
+        for attempt in range(self.retries + 1):
+            try:
+                return self._call([(e, method, args) for e in self.engines])
+            except EngineFailure:
+                if attempt == self.retries:
+                    raise
+                time.sleep(self.wait_s)
+                if reload and self.sync_root is not None:
+                    self.recover(self.sync_root)
+        raise AssertionError("unreachable")
+
     def load_weights(self, path: str) -> list[int]:
-        return self._call([(e, "load_weights", (path,)) for e in self.engines])
+        self.sync_root = path
+        return self._call_all("load_weights", path, reload=False)
+
+    def recover(self, sync_root: str) -> None:
+        """After an EngineFailure: wait for the restarted engines and load the latest weights."""
+        self.load_weights(sync_root)
 
     def set_seed(self, seed: int) -> None:
-        self._call([(e, "set_seed", (seed * 1000 + i,)) for i, e in enumerate(self.engines)])
+        for attempt in range(self.retries + 1):
+            try:
+                self._call([(e, "set_seed", (seed * 1000 + i,)) for i, e in enumerate(self.engines)])
+                return
+            except EngineFailure:
+                if attempt == self.retries:
+                    raise
+                time.sleep(self.wait_s)
+                self.recover(self.sync_root)
 
     def sleep(self) -> None:
-        self._call([(e, "sleep", ()) for e in self.engines])
+        self._call_all("sleep")
 
     def wake_up(self) -> None:
-        self._call([(e, "wake_up", ()) for e in self.engines])
+        self._call_all("wake_up")
 
 
 def call_in_process(calls):

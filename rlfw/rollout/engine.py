@@ -17,6 +17,10 @@ from rlfw.models.processing import PolicyProcessor, collate
 from rlfw.rollout.types import Completion, Prompt, SamplingParams
 
 
+class EngineFailure(RuntimeError):
+    """A rollout engine died mid-call; the runtime has restarted it (see `recover`)."""
+
+
 class InferenceEngine(Protocol):
     def generate(self, prompts: list[Prompt], params: SamplingParams) -> list[Completion]: ...
 

@@ -1,0 +1,42 @@
+"""A rollout engine killed mid-run is restarted by Ray; the step's rollouts are redone and the run completes."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _engine_pids() -> list[int]:
+    out = subprocess.run(["pgrep", "-f", "ray::EngineWorker"], capture_output=True, text=True).stdout
+    return [int(p) for p in out.split()]
+
+
+def test_killed_rollout_engine_is_restarted(tmp_path):
+    out = tmp_path / "run"
+    cmd = [sys.executable, "-m", "rlfw.run", "experiment=debug", "trainer.total_steps=4", "trainer.eval_interval=0",
+           f"trainer.output_dir={out}"]
+    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            start_new_session=True)
+    try:
+        deadline = time.time() + 300
+        metrics = out / "metrics.jsonl"
+        while not (metrics.exists() and any(json.loads(l)["step"] >= 1 for l in metrics.read_text().splitlines())):
+            assert proc.poll() is None and time.time() < deadline
+            time.sleep(0.05)
+        pids = _engine_pids()
+        assert pids, "no engine worker process found"
+        for pid in pids:
+            os.kill(pid, signal.SIGKILL)
+        output, _ = proc.communicate(timeout=300)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert proc.returncode == 0, output[-3000:]
+    assert "redoing this step's rollouts" in output
+    steps = [json.loads(l)["step"] for l in (out / "metrics.jsonl").read_text().splitlines()]
+    assert max(steps) == 4
