@@ -1,19 +1,19 @@
-"""Full training checkpoints that a killed run resumes from exactly.
+"""Full training checkpoints that a killed run resumes from exactly, on local disk or through fsspec.
 
-Layout under `trainer.ckpt_path`:
+Layout under `trainer.ckpt_path` (a folder, or a URI such as `s3://bucket/run`):
 
     global_step_N/
         policy_state.pt       trainable weights (adapter or full), AdamW state, LR schedule (trainer worker)
         trainer_state.json    global step and the driver's RNG states
         config.yaml           the resolved config the checkpoint was written with
         manifest.json         size and sha256 of every file above (written last inside the folder)
-    latest_checkpointed_iteration.txt   N, replaced atomically after global_step_N is complete
+    latest_checkpointed_iteration.txt   N, replaced after global_step_N is complete
 
-A step is written to `global_step_N.tmp/`, flushed, then renamed; the pointer file is replaced
-last. A crash at any moment leaves the previous checkpoint valid. On resume every file is checked
-against the manifest; a truncated or corrupt checkpoint is reported and skipped for the next older
-valid one. Rollouts of step N are a pure function of (seed, N, weights) (see `rlfw.train`), so the
-step number is the whole sampler position.
+A step is written to `global_step_N.tmp/`, flushed, then moved into place (a rename on local disk);
+the pointer file is written last. A crash at any moment leaves the previous checkpoint valid. On
+resume every file is checked against the manifest; a truncated or corrupt checkpoint is reported and
+skipped for the next older valid one. Rollouts of step N are a pure function of (seed, N, weights)
+(see `rlfw.train`), so the step number is the whole sampler position.
 """
 
 from __future__ import annotations
@@ -22,12 +22,12 @@ import hashlib
 import json
 import os
 import random
-import shutil
 from dataclasses import dataclass
-from pathlib import Path
 
+import fsspec
 import numpy as np
 import torch
+from fsspec.implementations.local import LocalFileSystem
 from omegaconf import OmegaConf
 
 POINTER = "latest_checkpointed_iteration.txt"
@@ -44,47 +44,29 @@ class CheckpointError(RuntimeError):
 @dataclass
 class Resumed:
     step: int
-    path: Path
+    path: str  # inside the store's filesystem
 
 
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
+def write_file(fs, path: str, data: bytes) -> dict:
+    """Write `data` durably; return its manifest entry."""
+    with fs.open(path, "wb") as f:
+        f.write(data)
+        if isinstance(fs, LocalFileSystem):
+            f.flush()
+            os.fsync(f.fileno())
+    return {"size": len(data), "sha256": hashlib.sha256(data).hexdigest()}
 
 
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def _write_atomic(path: Path, text: str) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    with open(tmp, "w") as f:
-        f.write(text)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-
-
-def preflight(ckpt_path: str | Path, need_bytes: int = 64 << 20) -> None:
-    """Fail at start, not at step 20: the checkpoint folder must be writable and have room."""
-    root = Path(ckpt_path)
-    try:
-        root.mkdir(parents=True, exist_ok=True)
-        probe = root / ".rlfw_write_probe"
-        probe.write_text("ok")
-        probe.unlink()
-    except OSError as exc:
-        raise CheckpointError(f"trainer.ckpt_path={root} is not writable: {exc}") from exc
-    free = shutil.disk_usage(root).free
-    if free < need_bytes:
-        raise CheckpointError(f"trainer.ckpt_path={root} has {free >> 20} MiB free; need at least {need_bytes >> 20} MiB")
+def move_dir(fs, src: str, dst: str) -> None:
+    """A rename on local disk; on object stores, copy every object then delete the source."""
+    if isinstance(fs, LocalFileSystem):
+        fs.mv(src, dst, recursive=True)
+        return
+    fs.invalidate_cache()
+    for f in fs.find(src):
+        fs.copy(f, dst + f[len(src):])
+    fs.rm(src, recursive=True)
+    fs.invalidate_cache()
 
 
 def driver_rng_state() -> dict:
@@ -99,109 +81,149 @@ def set_driver_rng_state(state: dict) -> None:
     torch.set_rng_state(torch.tensor(state["torch"], dtype=torch.uint8))
 
 
-def save_checkpoint(root: str | Path, step: int, policy, config, max_to_keep: int) -> Path:
-    """Write global_step_<step> completely, then point at it; prune to `max_to_keep` (0 keeps all)."""
-    root = Path(root)
-    final = root / f"global_step_{step}"
-    staging = root / f"global_step_{step}.tmp"
-    shutil.rmtree(staging, ignore_errors=True)
-    staging.mkdir(parents=True)
-    policy.save_checkpoint(str(staging / POLICY_STATE))
-    state = {"global_step": step, "rng": driver_rng_state()}
-    (staging / "trainer_state.json").write_text(json.dumps(state, default=_json_default))
-    (staging / "config.yaml").write_text(OmegaConf.to_yaml(OmegaConf.structured(config)))
-    files = sorted(p for p in staging.iterdir())
-    for p in files:
-        with open(p, "rb+") as f:
-            os.fsync(f.fileno())
-    manifest = {p.name: {"size": p.stat().st_size, "sha256": _sha256(p)} for p in files}
-    _write_atomic(staging / MANIFEST, json.dumps(manifest, indent=1))
-    _fsync_dir(staging)
-    shutil.rmtree(final, ignore_errors=True)
-    os.replace(staging, final)
-    _fsync_dir(root)
-    _write_atomic(root / POINTER, str(step))
-    if max_to_keep > 0:
-        for old in sorted(_step_dirs(root), key=lambda p: _step_of(p))[:-max_to_keep]:
-            shutil.rmtree(old, ignore_errors=True)
-    return final
-
-
 def _json_default(obj):
-    if isinstance(obj, np.ndarray):
-        return obj.tolist()
-    if isinstance(obj, tuple):
+    if isinstance(obj, (np.ndarray, tuple)):
         return list(obj)
+    if isinstance(obj, np.generic):
+        return obj.item()
     raise TypeError(type(obj))
 
 
-def _step_of(path: Path) -> int:
-    return int(path.name.rsplit("_", 1)[1])
-
-
-def _step_dirs(root: Path) -> list[Path]:
-    return [p for p in root.glob("global_step_*") if p.is_dir() and p.name.rsplit("_", 1)[1].isdigit()]
-
-
-def verify(path: Path) -> str | None:
-    """None if every file matches the manifest, else what is wrong."""
-    manifest_file = path / MANIFEST
-    if not manifest_file.exists():
-        return "no manifest (incomplete write)"
-    try:
-        manifest = json.loads(manifest_file.read_text())
-    except json.JSONDecodeError:
-        return "unreadable manifest"
-    for name, meta in manifest.items():
-        f = path / name
-        if not f.exists():
-            return f"{name} is missing"
-        if f.stat().st_size != meta["size"]:
-            return f"{name} has {f.stat().st_size} bytes, manifest says {meta['size']}"
-        if _sha256(f) != meta["sha256"]:
-            return f"{name} checksum mismatch"
+def _step_of(name: str) -> int | None:
+    tail = name.rstrip("/").rsplit("/", 1)[-1]
+    if tail.startswith("global_step_") and tail[len("global_step_"):].isdigit():
+        return int(tail[len("global_step_"):])
     return None
 
 
-def find_resume(root: str | Path, log=print) -> Resumed | None:
-    """The newest valid checkpoint, starting from the pointer; bad ones are reported and skipped."""
-    root = Path(root)
-    candidates = sorted(_step_dirs(root), key=_step_of, reverse=True)
-    pointer = root / POINTER
-    if pointer.exists() and pointer.read_text().strip().isdigit():
-        latest = int(pointer.read_text())
-        candidates = [p for p in candidates if _step_of(p) <= latest]
-    for path in candidates:
-        if not (path / MANIFEST).exists() and not (path / "trainer_state.json").exists() and (path / "policy").exists():
-            continue  # an inference export (hf_save_interval) without a full checkpoint
-        problem = verify(path)
-        if problem is None:
-            return Resumed(_step_of(path), path)
-        log(f"checkpoint {path} is unusable ({problem}); falling back to an older one")
-    return None
+class CheckpointStore:
+    """Checkpoints under one folder or URI (`storage_options` go to fsspec, e.g. an S3 endpoint)."""
 
+    def __init__(self, url: str, storage_options: dict | None = None):
+        self.url = url
+        self.storage_options = dict(storage_options or {})
+        self.fs, self.root = fsspec.core.url_to_fs(url, **self.storage_options)
+        self.root = self.root.rstrip("/")
 
-def check_config(path: Path, config, allow_changes: bool) -> None:
-    """Refuse to resume when keys that define the weights differ, naming them."""
-    saved = OmegaConf.to_container(OmegaConf.load(path / "config.yaml"), resolve=False)
-    now = OmegaConf.to_container(OmegaConf.structured(config), resolve=False)
-    diffs = []
-    for key in MEANING_KEYS:
-        diffs += _diff(saved.get(key), now.get(key), key)
-    if diffs and not allow_changes:
-        raise CheckpointError(
-            f"the config changes what checkpoint {path} means: " + "; ".join(diffs)
-            + ". Undo the change, or set trainer.resume_ignore_config_changes=true to resume anyway."
-        )
+    def _p(self, *parts: str) -> str:
+        return "/".join([self.root, *parts])
+
+    def url_of(self, path: str) -> str:
+        """A URL another process (the trainer worker) can open with fsspec."""
+        return self.fs.unstrip_protocol(path)
+
+    def preflight(self) -> None:
+        """Fail at start, not at step 20: the location must accept a write (and have room, locally)."""
+        probe = self._p(".rlfw_write_probe")
+        try:
+            self.fs.makedirs(self.root, exist_ok=True)
+            write_file(self.fs, probe, b"ok")
+            self.fs.rm(probe)
+        except OSError as exc:
+            raise CheckpointError(f"trainer.ckpt_path={self.url} is not writable: {exc}") from exc
+        if isinstance(self.fs, LocalFileSystem):
+            import shutil
+
+            free = shutil.disk_usage(self.root).free
+            if free < 64 << 20:
+                raise CheckpointError(f"trainer.ckpt_path={self.url} has {free >> 20} MiB free; need at least 64 MiB")
+
+    def save(self, step: int, policy, config, max_to_keep: int) -> str:
+        """Write global_step_<step> completely, then point at it; prune to `max_to_keep` (0 keeps all)."""
+        fs, final, staging = self.fs, self._p(f"global_step_{step}"), self._p(f"global_step_{step}.tmp")
+        if fs.exists(staging):
+            fs.rm(staging, recursive=True)
+        fs.makedirs(staging, exist_ok=True)
+        manifest = {POLICY_STATE: policy.save_checkpoint(self.url_of(f"{staging}/{POLICY_STATE}"), self.storage_options)}
+        state = {"global_step": step, "rng": driver_rng_state()}
+        manifest["trainer_state.json"] = write_file(fs, f"{staging}/trainer_state.json",
+                                                    json.dumps(state, default=_json_default).encode())
+        manifest["config.yaml"] = write_file(fs, f"{staging}/config.yaml",
+                                             OmegaConf.to_yaml(OmegaConf.structured(config)).encode())
+        write_file(fs, f"{staging}/{MANIFEST}", json.dumps(manifest, indent=1).encode())
+        if fs.exists(final):
+            fs.rm(final, recursive=True)
+        move_dir(fs, staging, final)
+        write_file(fs, self._p(POINTER), str(step).encode())
+        if max_to_keep > 0:
+            for old in sorted(self._step_dirs(), key=lambda p: _step_of(p))[:-max_to_keep]:
+                fs.rm(old, recursive=True)
+        return final
+
+    def _step_dirs(self) -> list[str]:
+        self.fs.invalidate_cache()
+        if not self.fs.exists(self.root):
+            return []
+        return [p for p in self.fs.ls(self.root, detail=False) if _step_of(p) is not None and self.fs.isdir(p)]
+
+    def verify(self, path: str) -> str | None:
+        """None if every file matches the manifest, else what is wrong."""
+        fs = self.fs
+        try:
+            manifest = json.loads(fs.cat(f"{path}/{MANIFEST}"))
+        except FileNotFoundError:
+            return "no manifest (incomplete write)"
+        except json.JSONDecodeError:
+            return "unreadable manifest"
+        for name, meta in manifest.items():
+            f = f"{path}/{name}"
+            if not fs.exists(f):
+                return f"{name} is missing"
+            size = fs.size(f)
+            if size != meta["size"]:
+                return f"{name} has {size} bytes, manifest says {meta['size']}"
+            if hashlib.sha256(fs.cat(f)).hexdigest() != meta["sha256"]:
+                return f"{name} checksum mismatch"
+        return None
+
+    def find_resume(self, log=print) -> Resumed | None:
+        """The newest valid checkpoint at or before the pointer; bad ones are reported and skipped."""
+        candidates = sorted(self._step_dirs(), key=_step_of, reverse=True)
+        pointer = self._p(POINTER)
+        if self.fs.exists(pointer):
+            text = self.fs.cat(pointer).decode().strip()
+            if text.isdigit():
+                candidates = [p for p in candidates if _step_of(p) <= int(text)]
+        for path in candidates:
+            if not self.fs.exists(f"{path}/{MANIFEST}") and not self.fs.exists(f"{path}/trainer_state.json") \
+                    and self.fs.exists(f"{path}/policy"):
+                continue  # an inference export (hf_save_interval) without a full checkpoint
+            problem = self.verify(path)
+            if problem is None:
+                return Resumed(_step_of(path), path)
+            log(f"checkpoint {self.url_of(path)} is unusable ({problem}); falling back to an older one")
+        return None
+
+    def resolve(self, url: str) -> Resumed:
+        """A checkpoint named by the user (resume_mode=from_path), verified."""
+        _, path = fsspec.core.url_to_fs(url, **self.storage_options)
+        path = path.rstrip("/")
+        step = _step_of(path)
+        if step is None:
+            raise CheckpointError(f"trainer.resume_path={url} is not a global_step_N folder")
+        problem = self.verify(path)
+        if problem:
+            raise CheckpointError(f"cannot resume from {url}: {problem}")
+        return Resumed(step, path)
+
+    def check_config(self, path: str, config, allow_changes: bool) -> None:
+        """Refuse to resume when keys that define the weights differ, naming them."""
+        saved = OmegaConf.to_container(OmegaConf.create(self.fs.cat(f"{path}/config.yaml").decode()), resolve=False)
+        now = OmegaConf.to_container(OmegaConf.structured(config), resolve=False)
+        diffs = [d for key in MEANING_KEYS for d in _diff(saved.get(key), now.get(key), key)]
+        if diffs and not allow_changes:
+            raise CheckpointError(
+                f"the config changes what checkpoint {self.url_of(path)} means: " + "; ".join(diffs)
+                + ". Undo the change, or set trainer.resume_ignore_config_changes=true to resume anyway."
+            )
+
+    def load_trainer_state(self, path: str) -> dict:
+        state = json.loads(self.fs.cat(f"{path}/trainer_state.json"))
+        set_driver_rng_state(state["rng"])
+        return state
 
 
 def _diff(a, b, prefix: str) -> list[str]:
     if isinstance(a, dict) and isinstance(b, dict):
         return [d for k in sorted(set(a) | set(b)) for d in _diff(a.get(k), b.get(k), f"{prefix}.{k}")]
     return [] if a == b else [f"{prefix}: checkpoint {a!r}, now {b!r}"]
-
-
-def load_trainer_state(path: Path) -> dict:
-    state = json.loads((path / "trainer_state.json").read_text())
-    set_driver_rng_state(state["rng"])
-    return state

@@ -203,7 +203,9 @@ class TrainerConfig:
     ckpt_interval: int = 0
     """Write a full checkpoint (weights, optimizer, LR schedule, step, RNG) every this many steps; 0 disables."""
     ckpt_path: str = "${trainer.output_dir}/checkpoints"
-    """Folder of global_step_N/ checkpoints and the latest_checkpointed_iteration.txt pointer."""
+    """Folder or fsspec URI (e.g. s3://bucket/run) of global_step_N/ checkpoints and their pointer file."""
+    ckpt_storage_options: dict[str, Any] = field(default_factory=dict)
+    """fsspec options for ckpt_path, e.g. {endpoint_url: http://127.0.0.1:9000} for an S3-compatible store."""
     max_ckpts_to_keep: int = 2
     """Full checkpoints kept (oldest pruned); 0 keeps all."""
     hf_save_interval: int = 0

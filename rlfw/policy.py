@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import copy
 import math
+import os
 from contextlib import nullcontext
 from pathlib import Path
 
@@ -165,18 +166,28 @@ class PolicyTrainer:
         self.scheduler.load_state_dict(state["scheduler"])
         self.optimizer_steps = state["optimizer_steps"]
 
-    def export_pretrained(self, path: str | Path) -> None:
-        """An inference-ready folder (PEFT adapter or full model, plus processor), staged then renamed."""
-        import os
-        import shutil
+    def export_pretrained(self, url: str, storage_options: dict | None = None) -> None:
+        """An inference-ready folder (PEFT adapter or full model, plus processor) at any fsspec URL,
+        uploaded to `<url>.tmp` and then moved into place."""
+        import tempfile
 
-        path = Path(path)
-        staging = path.with_name(path.name + ".tmp")
-        shutil.rmtree(staging, ignore_errors=True)
-        self.model.save_pretrained(str(staging))
-        self.processor.save_pretrained(staging)
-        shutil.rmtree(path, ignore_errors=True)
-        os.replace(staging, path)
+        import fsspec
+
+        from rlfw.checkpoint import move_dir
+
+        fs, path = fsspec.core.url_to_fs(url, **(storage_options or {}))
+        staging = path.rstrip("/") + ".tmp"
+        with tempfile.TemporaryDirectory() as tmp:
+            self.model.save_pretrained(tmp)
+            self.processor.save_pretrained(tmp)
+            if fs.exists(staging):
+                fs.rm(staging, recursive=True)
+            fs.makedirs(staging, exist_ok=True)
+            for name in sorted(os.listdir(tmp)):
+                fs.put_file(os.path.join(tmp, name), f"{staging}/{name}")
+        if fs.exists(path):
+            fs.rm(path, recursive=True)
+        move_dir(fs, staging, path)
 
 
 def sequence_logprobs(model: torch.nn.Module, processor: PolicyProcessor, segments: list[Segment],

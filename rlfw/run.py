@@ -27,13 +27,13 @@ def main_from_config(cfg: Config) -> dict:
     from rlfw.distributed.ray_runtime import RayRuntime
     from rlfw.train import train
 
-    from rlfw.checkpoint import preflight
+    from rlfw.checkpoint import CheckpointStore
 
     validate(cfg)
     out_dir = Path(cfg.trainer.output_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     if cfg.trainer.ckpt_interval or cfg.trainer.hf_save_interval:
-        preflight(cfg.trainer.ckpt_path)
+        CheckpointStore(cfg.trainer.ckpt_path, cfg.trainer.ckpt_storage_options).preflight()
     seed_everything(cfg.seed)
     model_path = prepare_base_model(cfg.model, make_env_fn(cfg.env), out_dir, cfg.seed)
     optimizer_steps = cfg.trainer.total_steps * cfg.algo.update_epochs * (cfg.algo.train_batch_size // cfg.algo.mini_batch_size)

@@ -84,24 +84,20 @@ def flatten(episodes: list[Episode], advantages: torch.Tensor) -> tuple[list[Seg
     return segments, adv, groups
 
 
-def resume(cfg: Config, policy, logger) -> int:
+def resume(cfg: Config, store: checkpoint.CheckpointStore, policy, logger) -> int:
     """Load the checkpoint resume_mode asks for; return the step to continue after (0 = fresh)."""
     t = cfg.trainer
     if t.resume_mode == "none":
         return 0
-    found = (checkpoint.Resumed(int(Path(t.resume_path).name.rsplit("_", 1)[1]), Path(t.resume_path))
-             if t.resume_mode == "from_path" else checkpoint.find_resume(t.ckpt_path, logger.message))
+    found = store.resolve(t.resume_path) if t.resume_mode == "from_path" else store.find_resume(logger.message)
     if found is None:
         logger.message(f"resume_mode=latest: no valid checkpoint under {t.ckpt_path}; starting fresh")
         return 0
-    problem = checkpoint.verify(found.path)
-    if problem:
-        raise checkpoint.CheckpointError(f"cannot resume from {found.path}: {problem}")
-    checkpoint.check_config(found.path, cfg, t.resume_ignore_config_changes)
-    policy.load_checkpoint(str(found.path / checkpoint.POLICY_STATE))
-    checkpoint.load_trainer_state(found.path)
+    store.check_config(found.path, cfg, t.resume_ignore_config_changes)
+    policy.load_checkpoint(store.url_of(f"{found.path}/{checkpoint.POLICY_STATE}"), store.storage_options)
+    store.load_trainer_state(found.path)
     logger.truncate_after(found.step)
-    logger.message(f"resumed from {found.path} (step {found.step})")
+    logger.message(f"resumed from {store.url_of(found.path)} (step {found.step})")
     return found.step
 
 
@@ -125,7 +121,8 @@ def train(cfg: Config, out_dir: Path, model_path: str, policy, engine, logger) -
         logger.message(f"step {step}: eval/{cfg.env.name}/pass_at_1={metrics[f'eval/{cfg.env.name}/pass_at_1']:.3f}"
                        + (f" (solvable within {cfg.env.max_turns} turns: {ceiling:.3f})" if ceiling is not None else ""))
 
-    start = resume(cfg, policy, logger)
+    store = checkpoint.CheckpointStore(t.ckpt_path, t.ckpt_storage_options)
+    start = resume(cfg, store, policy, logger)
     policy.save_weights(str(sync_root), start)  # engines start from exactly the trainer's weights
     engine.load_weights(str(sync_root))
     if t.eval_interval and t.eval_before_train and start == 0:
@@ -166,9 +163,9 @@ def train(cfg: Config, out_dir: Path, model_path: str, policy, engine, logger) -
             run_eval(step)
         if t.ckpt_interval and (step % t.ckpt_interval == 0 or step == t.total_steps):
             t0 = time.perf_counter()
-            checkpoint.save_checkpoint(t.ckpt_path, step, policy, cfg, t.max_ckpts_to_keep)
+            store.save(step, policy, cfg, t.max_ckpts_to_keep)
             logger.log(step, {"timing/checkpoint": time.perf_counter() - t0})
         if t.hf_save_interval and (step % t.hf_save_interval == 0 or step == t.total_steps):
-            policy.export_pretrained(str(Path(t.ckpt_path) / f"global_step_{step}" / "policy"))
+            policy.export_pretrained(store.url_of(f"{store.root}/global_step_{step}/policy"), store.storage_options)
         logger.progress(step)
     return dict(logger.last)

@@ -7,9 +7,13 @@ PY=${PYTHON:-python3}
 if [ ! -x .venv/bin/python ]; then
   "$PY" -m venv .venv
 fi
-if ! .venv/bin/python -c "import rlfw, envs, torch, transformers, peft, ray, hydra, gymnasium, pytest, hypothesis" 2>/dev/null; then
-  .venv/bin/python -m pip install -q --upgrade pip
-  # constraints-cpu.txt pins torch to the CPU build; drop it on a GPU machine (see README).
-  .venv/bin/python -m pip install -q -c constraints-cpu.txt -e ".[dev]"
+# Idempotent: quick when everything is already installed. constraints-cpu.txt pins torch to the
+# CPU build; drop it on a GPU machine (see README).
+echo "rlfw: installing into .venv (log: .venv/pip-install.log)"
+if ! .venv/bin/python -m pip install --disable-pip-version-check -c constraints-cpu.txt -e ".[dev]" \
+    > .venv/pip-install.log 2>&1; then
+  tail -n 40 .venv/pip-install.log
+  exit 1
 fi
+.venv/bin/python -c "import rlfw, envs, torch, transformers, peft, ray, hydra, gymnasium, pytest, hypothesis, s3fs, moto"
 echo "rlfw: environment ready in .venv ($(.venv/bin/python -c 'import torch; print("torch", torch.__version__)'))"

@@ -35,14 +35,29 @@ class PolicyWorker:
                seed: int = 0) -> dict[str, float]:
         return self.trainer.update(segments, advantages, groups, seed)
 
-    def save_checkpoint(self, path: str) -> None:
-        torch.save(self.trainer.state_dict(), path)
+    def save_checkpoint(self, url: str, storage_options: dict) -> dict:
+        """Write the trainer state to `url` (any fsspec URL); return its manifest entry."""
+        import io
 
-    def load_checkpoint(self, path: str) -> None:
-        self.trainer.load_state_dict(torch.load(path, weights_only=False))
+        import fsspec
 
-    def export_pretrained(self, path: str) -> None:
-        self.trainer.export_pretrained(path)
+        from rlfw.checkpoint import write_file
+
+        buf = io.BytesIO()
+        torch.save(self.trainer.state_dict(), buf)
+        fs, path = fsspec.core.url_to_fs(url, **storage_options)
+        return write_file(fs, path, buf.getvalue())
+
+    def load_checkpoint(self, url: str, storage_options: dict) -> None:
+        import io
+
+        import fsspec
+
+        with fsspec.open(url, "rb", **storage_options) as f:
+            self.trainer.load_state_dict(torch.load(io.BytesIO(f.read()), weights_only=False))
+
+    def export_pretrained(self, url: str, storage_options: dict) -> None:
+        self.trainer.export_pretrained(url, storage_options)
 
     def save_weights(self, sync_root: str, version: int) -> str:
         return str(self.trainer.save_weights(sync_root, version))

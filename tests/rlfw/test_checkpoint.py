@@ -19,11 +19,20 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 class FakePolicy:
+    """Stands in for the trainer worker: writes a tensor file through fsspec like the real one."""
+
     def __init__(self, value: float):
         self.value = value
 
-    def save_checkpoint(self, path: str) -> None:
-        torch.save({"w": torch.full((64,), self.value)}, path)
+    def save_checkpoint(self, url: str, storage_options: dict) -> dict:
+        import io
+
+        import fsspec
+
+        buf = io.BytesIO()
+        torch.save({"w": torch.full((64,), self.value)}, buf)
+        fs, path = fsspec.core.url_to_fs(url, **storage_options)
+        return checkpoint.write_file(fs, path, buf.getvalue())
 
 
 def _cfg(rank: int = 16) -> Config:
@@ -31,19 +40,21 @@ def _cfg(rank: int = 16) -> Config:
 
 
 def test_save_writes_manifest_pointer_and_prunes(tmp_path):
+    store = checkpoint.CheckpointStore(str(tmp_path))
     for step in (1, 2, 3):
-        checkpoint.save_checkpoint(tmp_path, step, FakePolicy(step), _cfg(), max_to_keep=2)
+        store.save(step, FakePolicy(step), _cfg(), max_to_keep=2)
     assert (tmp_path / checkpoint.POINTER).read_text() == "3"
     assert sorted(p.name for p in tmp_path.glob("global_step_*")) == ["global_step_2", "global_step_3"]
-    assert checkpoint.verify(tmp_path / "global_step_3") is None
-    found = checkpoint.find_resume(tmp_path, log=lambda m: None)
+    assert store.verify(f"{store.root}/global_step_3") is None
+    found = store.find_resume(log=lambda m: None)
     assert found.step == 3
 
 
 @pytest.mark.parametrize("damage", ["truncate", "corrupt", "no_manifest"])
 def test_damaged_latest_is_reported_and_skipped(tmp_path, damage):
+    store = checkpoint.CheckpointStore(str(tmp_path))
     for step in (1, 2):
-        checkpoint.save_checkpoint(tmp_path, step, FakePolicy(step), _cfg(), max_to_keep=0)
+        store.save(step, FakePolicy(step), _cfg(), max_to_keep=0)
     victim = tmp_path / "global_step_2"
     state = victim / checkpoint.POLICY_STATE
     if damage == "truncate":
@@ -55,31 +66,33 @@ def test_damaged_latest_is_reported_and_skipped(tmp_path, damage):
     else:
         (victim / checkpoint.MANIFEST).unlink()
     messages = []
-    found = checkpoint.find_resume(tmp_path, log=messages.append)
+    found = store.find_resume(log=messages.append)
     assert found.step == 1
     assert "global_step_2" in messages[0] and "falling back" in messages[0]
 
 
 def test_half_written_step_is_ignored(tmp_path):
-    checkpoint.save_checkpoint(tmp_path, 1, FakePolicy(1), _cfg(), max_to_keep=0)
+    store = checkpoint.CheckpointStore(str(tmp_path))
+    store.save(1, FakePolicy(1), _cfg(), max_to_keep=0)
     (tmp_path / "global_step_2.tmp").mkdir()  # a crash while writing step 2
     (tmp_path / "global_step_2.tmp" / "policy_state.pt").write_bytes(b"partial")
-    assert checkpoint.find_resume(tmp_path, log=print).step == 1
+    assert store.find_resume(log=print).step == 1
 
 
 def test_config_change_that_alters_meaning_is_refused(tmp_path):
-    path = checkpoint.save_checkpoint(tmp_path, 1, FakePolicy(1), _cfg(rank=16), max_to_keep=0)
-    checkpoint.check_config(path, _cfg(rank=16), allow_changes=False)
+    store = checkpoint.CheckpointStore(str(tmp_path))
+    path = store.save(1, FakePolicy(1), _cfg(rank=16), max_to_keep=0)
+    store.check_config(path, _cfg(rank=16), allow_changes=False)
     with pytest.raises(checkpoint.CheckpointError, match="model.lora.rank: checkpoint 16, now 8"):
-        checkpoint.check_config(path, _cfg(rank=8), allow_changes=False)
-    checkpoint.check_config(path, _cfg(rank=8), allow_changes=True)
+        store.check_config(path, _cfg(rank=8), allow_changes=False)
+    store.check_config(path, _cfg(rank=8), allow_changes=True)
 
 
 def test_preflight_rejects_unwritable_location(tmp_path):
     blocker = tmp_path / "file"
     blocker.write_text("x")
     with pytest.raises(checkpoint.CheckpointError, match="not writable"):
-        checkpoint.preflight(blocker / "ckpts")
+        checkpoint.CheckpointStore(str(blocker / "ckpts")).preflight()
 
 
 def _run(out: Path, *extra: str, wait_for: Path | None = None) -> subprocess.CompletedProcess | None:
