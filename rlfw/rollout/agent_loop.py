@@ -10,10 +10,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import Callable
-
 import gymnasium as gym
-import numpy as np
 
 from rlfw.models.processing import PolicyProcessor
 from rlfw.rollout.engine import InferenceEngine
@@ -41,37 +38,47 @@ def turn_message(task_text: str, feedback: str) -> dict:
 class _Running:
     """Book-keeping of one episode in flight."""
 
-    def __init__(self, episode: Episode, env: gym.Env, obs: dict, keep_frames: bool):
+    def __init__(self, episode: Episode, env: gym.Env, obs: dict):
         self.episode, self.env = episode, env
         self.task_text = obs["text"]
         self.feedback = ""
         self.image = obs["image"]
-        self.keep_frames = keep_frames
-        self.ids: list[int] = []  # history=full: the whole conversation so far
-        self.mask: list[int] = []
-        self.logps: list[float] = []
-        self.images: list[np.ndarray] = []
-        if keep_frames:
-            episode.frames.append(obs["image"])
+        self.conversation: Segment | None = None  # history=full: everything so far, as sampled
+        self.open_turn = False  # history=full: the last reply was cut before its EOS
 
 
-def _turn_prompt(run: _Running, processor: PolicyProcessor, history: str) -> Prompt:
+def _turn_prompt(run: _Running, processor: PolicyProcessor, history: str) -> tuple[Prompt, list[int]]:
+    """The prompt for this turn, and (history=full) the ids it adds to the conversation."""
     features = [processor.image_features(run.image)]
-    if history == "full":
-        if run.ids:  # close the previous assistant turn
-            run.ids += processor.turn_end_ids
-            run.mask += [0] * len(processor.turn_end_ids)
-            run.logps += [0.0] * len(processor.turn_end_ids)
-        text = run.feedback or run.task_text
-        msg = {"role": "user", "content": [{"type": "image"}, {"type": "text", "text": text}]}
-        new = processor.encode_message(msg, features) + processor.generation_prompt_ids
-        run.ids += new
-        run.mask += [0] * len(new)
-        run.logps += [0.0] * len(new)
-        run.images.append(run.image)
-        return Prompt(list(run.ids), list(run.images))
-    ids = processor.encode_message(turn_message(run.task_text, run.feedback), features) + processor.generation_prompt_ids
-    return Prompt(ids, [run.image])
+    if history == "none":
+        ids = processor.encode_message(turn_message(run.task_text, run.feedback), features)
+        return Prompt(ids + processor.generation_prompt_ids, [run.image]), []
+    conv = run.conversation
+    new = ([processor.eos_token_id] if run.open_turn else []) + (processor.turn_end_ids if conv else [])
+    text = run.feedback or run.task_text
+    msg = {"role": "user", "content": [{"type": "image"}, {"type": "text", "text": text}]}
+    new += processor.encode_message(msg, features) + processor.generation_prompt_ids
+    previous = conv.token_ids if conv else []
+    return Prompt(previous + new, (conv.images if conv else []) + [run.image]), new
+
+
+def _record(run: _Running, prompt: Prompt, added: list[int], comp, history: str) -> None:
+    """Append this turn's tokens to the episode's training segments."""
+    n = len(comp.token_ids)
+    if history == "none":
+        p = len(prompt.token_ids)
+        run.episode.segments.append(Segment(prompt.token_ids + comp.token_ids, [0] * p + [1] * n,
+                                            [0.0] * p + comp.logprobs, prompt.images))
+        return
+    if run.conversation is None:
+        run.conversation = Segment([], [], [], [])
+        run.episode.segments.append(run.conversation)
+    conv = run.conversation
+    conv.token_ids += added + comp.token_ids
+    conv.loss_mask += [0] * len(added) + [1] * n
+    conv.logprobs += [0.0] * len(added) + comp.logprobs
+    conv.images.append(run.image)
+    run.open_turn = not comp.finished
 
 
 def collect(
@@ -83,7 +90,6 @@ def collect(
     params: SamplingParams,
     limits: LoopLimits,
     keep_frames: bool = False,
-    on_turn: Callable[[int, int], None] | None = None,
     timers: dict[str, float] | None = None,
 ) -> list[Episode]:
     """Run `n_samples` episodes of every task to the end; episode i uses envs[i].
@@ -100,42 +106,27 @@ def collect(
     for i in range(n):
         task = tasks[i // n_samples]
         obs, _ = envs[i].reset(**task.reset_kwargs())
-        running.append(_Running(Episode(task=task, group_id=i // n_samples), envs[i], obs, keep_frames))
+        episode = Episode(task=task, group_id=i // n_samples, frames=[obs["image"]] if keep_frames else [])
+        running.append(_Running(episode, envs[i], obs))
 
     active = list(running)
-    for turn in range(limits.max_turns):
-        prompts = [_turn_prompt(r, processor, limits.history) for r in active]
-        fits = [len(p.token_ids) + limits.max_new_tokens <= limits.max_episode_tokens for p in prompts]
-        for r, ok in zip(active, fits):
-            r.episode.truncated_by_tokens = not ok
-        active = [r for r, ok in zip(active, fits) if ok]
-        prompts = [p for p, ok in zip(prompts, fits) if ok]
-        if not active:
-            break
+    for _ in range(limits.max_turns):
         t0 = time.perf_counter()
-        completions = engine.generate(prompts, params)
+        turns = [(r, *_turn_prompt(r, processor, limits.history)) for r in active]
+        for r, prompt, _ in turns:  # per-episode token limit: stop before a turn that cannot fit
+            r.episode.truncated_by_tokens = len(prompt.token_ids) + limits.max_new_tokens > limits.max_episode_tokens
+        turns = [t for t in turns if not t[0].episode.truncated_by_tokens]
+        if not turns:
+            break
         t1 = time.perf_counter()
-        timers["generate"] += t1 - t0
+        completions = engine.generate([prompt for _, prompt, _ in turns], params)
+        t2 = time.perf_counter()
         still: list[_Running] = []
-        for r, prompt, comp in zip(active, prompts, completions):
-            ep = r.episode
-            if limits.history == "full":
-                r.ids += comp.token_ids
-                r.mask += [1] * len(comp.token_ids)
-                r.logps += comp.logprobs
-                if not comp.finished:  # close the turn; the appended EOS is not the model's
-                    r.ids.append(processor.eos_token_id)
-                    r.mask.append(0)
-                    r.logps.append(0.0)
-            else:
-                ep.segments.append(Segment(
-                    token_ids=prompt.token_ids + comp.token_ids,
-                    loss_mask=[0] * len(prompt.token_ids) + [1] * len(comp.token_ids),
-                    logprobs=[0.0] * len(prompt.token_ids) + comp.logprobs,
-                    images=prompt.images,
-                ))
+        for (r, prompt, added), comp in zip(turns, completions):
+            _record(r, prompt, added, comp, limits.history)
             text = processor.decode(comp.token_ids)
             obs, reward, terminated, truncated, info = r.env.step(text)
+            ep = r.episode
             ep.actions.append(text)
             ep.turns += 1
             ep.reward += float(reward)
@@ -149,22 +140,8 @@ def collect(
             if not (terminated or truncated):
                 still.append(r)
         active = still
-        timers["env"] += time.perf_counter() - t1
-        if on_turn is not None:
-            on_turn(turn, len(active))
+        timers["generate"] += t2 - t1
+        timers["env"] += (t1 - t0) + (time.perf_counter() - t2)
         if not active:
             break
-
-    episodes = []
-    for r in running:
-        if limits.history == "full" and r.ids:
-            r.episode.segments = [Segment(r.ids, r.mask, r.logps, r.images)]
-            # drop the trailing prompt of a turn that never ran (token limit)
-            last = max(i for i, m in enumerate(r.mask) if m) if any(r.mask) else -1
-            seg = r.episode.segments[0]
-            seg.token_ids, seg.loss_mask, seg.logprobs = seg.token_ids[: last + 1], seg.loss_mask[: last + 1], seg.logprobs[: last + 1]
-            n_img = sum(1 for t in seg.token_ids if t == processor.image_token_id)
-            per = processor.image_features(r.images[0]).n_tokens if r.images else 1
-            seg.images = r.images[: n_img // per]
-        episodes.append(r.episode)
-    return episodes
+    return [r.episode for r in running]
