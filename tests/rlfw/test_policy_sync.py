@@ -38,13 +38,12 @@ def _setup(tmp_path, rank: int, algo: AlgoConfig):
 
 
 def _engine_logprobs(engine, segments):
-    """Teacher-forced log-probs of the generated tokens under the engine's model."""
-    from rlfw.policy import PolicyTrainer
+    """Teacher-forced log-probs of the segments' tokens under the engine's model."""
+    from rlfw.policy import sequence_logprobs
 
-    probe = PolicyTrainer.__new__(PolicyTrainer)
-    probe.model, probe.processor = engine.engine.model, engine.engine.processor
-    probe.algo, probe.is_peft, probe.ref_model = AlgoConfig(name="probe"), False, None
-    return [lp.tolist() for lp in probe.logprobs(segments)]
+    with torch.no_grad():
+        logp, _, _ = sequence_logprobs(engine.engine.model, engine.engine.processor, segments)
+    return [logp[i, : len(s.token_ids) - 1].tolist() for i, s in enumerate(segments)]
 
 
 @pytest.mark.parametrize("rank", [4, 0])
