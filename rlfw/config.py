@@ -198,6 +198,9 @@ class TrainerConfig:
     """Run folder (metrics, eval trajectories, checkpoints)."""
     lora_sync_path: str = "${trainer.output_dir}/lora_sync"
     """Shared storage through which the trainer hands the adapter to the engines after each step."""
+    heldout_eval_size: int = 0
+    """Also evaluate this many held-out mazes (our generator, seeds >= HELD_OUT_SEED_START) before and
+    after training; 0 skips."""
     eval_save_episodes: int = 4
     """Evaluation episodes saved with images (GIF) per evaluation; all are saved as JSONL."""
     ckpt_interval: int = 0
@@ -276,7 +279,18 @@ class SFTRunConfig:
     """Seed of the model init, the demonstration stream and torch."""
 
 
+def repo_root() -> str:
+    """The folder holding conf/ and the shipped checkpoints (for `${rlfw_root:}` in YAML)."""
+    from pathlib import Path
+
+    return str(Path(__file__).resolve().parents[1])
+
+
 def register_configs() -> None:
+    from omegaconf import OmegaConf
+
+    if not OmegaConf.has_resolver("rlfw_root"):
+        OmegaConf.register_new_resolver("rlfw_root", repo_root)
     cs = ConfigStore.instance()
     cs.store(name="base_config", node=Config)
     cs.store(name="base_sft_config", node=SFTRunConfig)

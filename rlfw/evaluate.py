@@ -57,8 +57,8 @@ def evaluate(
     name: str,
     out_dir: Path | None = None,
     n_gifs: int = 4,
-) -> dict[str, float]:
-    """Greedy pass@1 of one episode per task; metrics under eval/<name>/ and eval/all/.
+) -> tuple[dict[str, float], list[Episode]]:
+    """Greedy pass@1 of one episode per task, metrics under eval/<name>/; returns them and the episodes.
 
     With `layouts` (fixed sets), also the fraction solvable within the turn limit.
     """
@@ -67,9 +67,8 @@ def evaluate(
     params = SamplingParams(max_new_tokens=limits.max_new_tokens, greedy=True)
     episodes = collect(engine, processor, envs, tasks, 1, params, limits, keep_frames=out_dir is not None)
     metrics = episode_metrics(episodes, f"eval/{name}")
-    metrics.update(episode_metrics(episodes, "eval/all"))
     if layouts is not None:
         metrics[f"eval/{name}/solvable_fraction"] = solvable_fraction(layouts, limits.max_turns)
     if out_dir is not None:
         save_episodes(episodes, out_dir, n_gifs)
-    return metrics
+    return metrics, episodes

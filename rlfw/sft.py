@@ -155,9 +155,8 @@ def run_sft(cfg: SFTRunConfig) -> dict:
     def run_eval(step: int) -> dict:
         metrics = {}
         for name, (tasks, layouts) in sets.items():
-            metrics.update({k: v for k, v in evaluate(engine, processor, envs, tasks, layouts, limits, name,
-                                                      out_dir / "eval" / f"step_{step:06d}" / name, n_gifs=2).items()
-                            if not k.startswith("eval/all/")})
+            metrics.update(evaluate(engine, processor, envs, tasks, layouts, limits, name,
+                                    out_dir / "eval" / f"step_{step:06d}" / name, n_gifs=2)[0])
         metrics["sft/minutes"] = (time.perf_counter() - started) / 60
         logger.log(step, metrics)
         model.train()

@@ -106,20 +106,32 @@ def train(cfg: Config, out_dir: Path, model_path: str, policy, engine, logger) -
     a, t = cfg.algo, cfg.trainer
     processor = PolicyProcessor.from_pretrained(model_path)
     make_env = make_env_fn(cfg.env)
-    tasks, layouts = eval_tasks(cfg.env)
-    envs = [make_env() for _ in range(max(a.train_batch_size * a.n_samples_per_prompt, len(tasks)))]
     adv_fn = get_adv_est(a.advantage_estimator)
     sync_root = Path(t.lora_sync_path)
 
+    sets = {cfg.env.name: eval_tasks(cfg.env)}
+    heldout = eval_tasks(cfg.env, "heldout", t.heldout_eval_size) if t.heldout_eval_size else None
+    envs = [make_env() for _ in range(max(a.train_batch_size * a.n_samples_per_prompt,
+                                          *(len(tasks) for tasks, _ in [*sets.values(), heldout or ([], None)])))]
+
     def run_eval(step: int) -> None:
         t0 = time.perf_counter()
-        metrics = evaluate(engine, processor, envs, tasks, layouts, limits_of(cfg), cfg.env.name,
-                           out_dir / "eval" / f"step_{step:06d}", t.eval_save_episodes)
+        chosen = dict(sets)
+        if heldout and (step == 0 or step == t.total_steps):
+            chosen["heldout"] = heldout
+        metrics, everything = {}, []
+        for name, (tasks, layouts) in chosen.items():
+            m, episodes = evaluate(engine, processor, envs, tasks, layouts, limits_of(cfg), name,
+                                   out_dir / "eval" / f"step_{step:06d}" / name, t.eval_save_episodes)
+            metrics.update(m)
+            everything += episodes
+        metrics.update(episode_metrics(everything, "eval/all"))
         metrics["timing/eval"] = time.perf_counter() - t0
         logger.log(step, metrics)
-        ceiling = metrics.get(f"eval/{cfg.env.name}/solvable_fraction")
-        logger.message(f"step {step}: eval/{cfg.env.name}/pass_at_1={metrics[f'eval/{cfg.env.name}/pass_at_1']:.3f}"
-                       + (f" (solvable within {cfg.env.max_turns} turns: {ceiling:.3f})" if ceiling is not None else ""))
+        for name, (_, layouts) in chosen.items():
+            ceiling = metrics.get(f"eval/{name}/solvable_fraction")
+            logger.message(f"step {step}: eval/{name}/pass_at_1={metrics[f'eval/{name}/pass_at_1']:.3f}"
+                           + (f" (solvable within {cfg.env.max_turns} turns: {ceiling:.3f})" if ceiling is not None else ""))
 
     store = checkpoint.CheckpointStore(t.ckpt_path, t.ckpt_storage_options)
     start = resume(cfg, store, policy, logger)

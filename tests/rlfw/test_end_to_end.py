@@ -44,7 +44,7 @@ def test_debug_run_through_ray_updates_policy_and_engine(tmp_path):
         if "lora_B" in name:
             assert v1[name].abs().sum() > 0
 
-    assert (out / "eval" / "step_000002" / "episodes.jsonl").exists()
-    assert list((out / "eval" / "step_000000").glob("*.gif"))
+    assert (out / "eval" / "step_000002" / "maze" / "episodes.jsonl").exists()
+    assert list((out / "eval" / "step_000000" / "maze").glob("*.gif"))
     assert list((out / "tensorboard").glob("events.*"))
     assert list((out / "wandb").glob("offline-run-*"))
