@@ -95,20 +95,20 @@ def test_preflight_rejects_unwritable_location(tmp_path):
         checkpoint.CheckpointStore(str(blocker / "ckpts")).preflight()
 
 
-def _run(out: Path, *extra: str, wait_for: Path | None = None) -> subprocess.CompletedProcess | None:
+def _run(out: Path, *extra: str, kill_when=None) -> subprocess.CompletedProcess | None:
     cmd = [sys.executable, "-m", "rlfw.run", "experiment=debug", "trainer.total_steps=4", "trainer.ckpt_interval=1",
            "trainer.eval_interval=2", "algo.entropy_coef=0.01", f"trainer.output_dir={out}", *extra]
-    if wait_for is None:
+    if kill_when is None:
         proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600)
         assert proc.returncode == 0, proc.stderr[-3000:]
         return proc
     proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                             start_new_session=True)
     deadline = time.time() + 300
-    while not wait_for.exists():
+    while not kill_when():
         assert proc.poll() is None, "run ended before the kill point"
         assert time.time() < deadline
-        time.sleep(0.05)
+        time.sleep(0.005)
     os.killpg(proc.pid, signal.SIGKILL)  # the driver and everything it started (Ray included)
     proc.wait()
     return None
@@ -121,11 +121,34 @@ def _history(out: Path) -> list[dict]:
     return [r for r in rows if len(r) > 1]
 
 
-def test_killed_run_resumes_to_the_uninterrupted_result(tmp_path):
-    straight, killed = tmp_path / "straight", tmp_path / "killed"
-    _run(straight)
-    # SIGKILL mid-run, right after step 2's checkpoint lands: step 3's rollout is under way
-    _run(killed, wait_for=killed / "checkpoints" / "global_step_2" / "manifest.json")
+@pytest.fixture(scope="module")
+def straight(tmp_path_factory):
+    """The uninterrupted reference run (with an inference export at the end)."""
+    out = tmp_path_factory.mktemp("straight") / "run"
+    _run(out, "trainer.hf_save_interval=4")
+    return out
+
+
+def _kill_points(out: Path) -> dict:
+    ck = out / "checkpoints"
+    return {
+        # step 3's rollout is under way once step 2's checkpoint has landed
+        "rollout": lambda: (ck / "global_step_2" / "manifest.json").exists(),
+        # step 3's update is done and its adapter is being published to the engines
+        "sync": lambda: (out / "lora_sync" / "v3").exists(),
+        # step 3's checkpoint folder is being written
+        "checkpoint_write": lambda: (ck / "global_step_3.tmp").exists() or (ck / "global_step_3").exists(),
+    }
+
+
+@pytest.mark.parametrize("moment", [
+    "rollout",
+    pytest.param("sync", marks=pytest.mark.slow),
+    pytest.param("checkpoint_write", marks=pytest.mark.slow),
+])
+def test_killed_run_resumes_to_the_uninterrupted_result(straight, tmp_path, moment):
+    killed = tmp_path / "killed"
+    _run(killed, kill_when=_kill_points(killed)[moment])
     proc = _run(killed, "trainer.resume_mode=latest")
     assert "resumed from" in proc.stdout + proc.stderr
     final_a = load_file(str(straight / "lora_sync" / "v4" / "adapter_model.safetensors"))
@@ -133,3 +156,27 @@ def test_killed_run_resumes_to_the_uninterrupted_result(tmp_path):
     for name in final_a:
         assert torch.equal(final_a[name], final_b[name]), name  # bit-for-bit on CPU
     assert _history(straight) == _history(killed)
+
+
+def test_resume_of_a_finished_run_runs_no_more_steps(straight, tmp_path):
+    import shutil
+
+    done = tmp_path / "done"
+    shutil.copytree(straight, done)
+    before = _history(done)
+    proc = _run(done, "trainer.resume_mode=latest")
+    assert "(step 4)" in proc.stdout + proc.stderr
+    assert _history(done) == before
+
+
+def test_inference_export_loads_with_peft(straight):
+    from peft import PeftModel
+    from transformers import AutoModelForImageTextToText
+
+    export = straight / "checkpoints" / "global_step_4" / "policy"
+    assert (export / "adapter_model.safetensors").exists() and (export / "adapter_config.json").exists()
+    base = AutoModelForImageTextToText.from_pretrained(str(straight / "base_model"))
+    model = PeftModel.from_pretrained(base, str(export))
+    trained = load_file(str(straight / "lora_sync" / "v4" / "adapter_model.safetensors"))
+    loaded = {k: v for k, v in model.state_dict().items() if "lora_" in k}
+    assert len(loaded) == len(trained)
