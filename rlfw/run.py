@@ -49,7 +49,12 @@ def main_from_config(cfg: Config) -> dict:
     finally:
         logger.close()
         runtime.shutdown()
-    print(f"rlfw: outputs in {out_dir.resolve()} (metrics.jsonl, eval/, tensorboard/)", flush=True)
+    if cfg.trainer.eval_interval:
+        from rlfw.report import before_after, plot
+
+        print(before_after(out_dir / "metrics.jsonl"))
+        plot({cfg.algo.name: out_dir / "metrics.jsonl"}, out_dir / "pass_at_1.png")
+    print(f"rlfw: outputs in {out_dir.resolve()} (metrics.jsonl, pass_at_1.png, eval/, tensorboard/)", flush=True)
     return final
 
 

@@ -157,14 +157,14 @@ def run_sft(cfg: SFTRunConfig) -> dict:
         for name, (tasks, layouts) in sets.items():
             metrics.update(evaluate(engine, processor, envs, tasks, layouts, limits, name,
                                     out_dir / "eval" / f"step_{step:06d}" / name, n_gifs=2)[0])
-        metrics["sft/minutes"] = (time.perf_counter() - started) / 60
+        metrics["time/minutes"] = (time.perf_counter() - started) / 60
         logger.log(step, metrics)
         model.train()
         info = {"step": step, "seed": cfg.seed, "command": command, **metrics}
         save_checkpoint(model, processor, out_dir / "snapshots" / f"step_{step:06d}", info)
         logger.message(f"step {step}: held-out pass@1 {metrics['eval/heldout/pass_at_1']:.3f}, "
                        f"{cfg.env.eval_set} pass@1 {metrics[f'eval/{cfg.env.eval_set}/pass_at_1']:.3f} "
-                       f"({metrics['sft/minutes']:.1f} min)")
+                       f"({metrics['time/minutes']:.1f} min)")
         return metrics
 
     model.train()

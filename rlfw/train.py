@@ -127,12 +127,14 @@ def train(cfg: Config, out_dir: Path, model_path: str, policy, engine, logger) -
             everything += episodes
         metrics.update(episode_metrics(everything, "eval/all"))
         metrics["timing/eval"] = time.perf_counter() - t0
+        metrics["time/minutes"] = (time.perf_counter() - started) / 60
         logger.log(step, metrics)
         for name, (_, layouts) in chosen.items():
             ceiling = metrics.get(f"eval/{name}/solvable_fraction")
             logger.message(f"step {step}: eval/{name}/pass_at_1={metrics[f'eval/{name}/pass_at_1']:.3f}"
                            + (f" (solvable within {cfg.env.max_turns} turns: {ceiling:.3f})" if ceiling is not None else ""))
 
+    started = time.perf_counter()
     store = checkpoint.CheckpointStore(t.ckpt_path, t.ckpt_storage_options)
     start = resume(cfg, store, policy, logger)
     policy.save_weights(str(sync_root), start)  # engines start from exactly the trainer's weights

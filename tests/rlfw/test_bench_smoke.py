@@ -19,3 +19,19 @@ def test_bench_checkpoint_smoke():
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "| LoRA r16 |" in proc.stdout and "| full fine-tuning |" in proc.stdout
+
+
+def test_plot_curves_and_before_after_table(tmp_path):
+    import json
+
+    rows = [{"step": 0, "eval/eval64/pass_at_1": 0.4, "eval/eval64/solvable_fraction": 1.0, "time/minutes": 0.1},
+            {"step": 1, "train/reward_mean": 0.5},
+            {"step": 5, "eval/eval64/pass_at_1": 0.9, "eval/eval64/solvable_fraction": 1.0, "time/minutes": 3.0}]
+    metrics = tmp_path / "metrics.jsonl"
+    metrics.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    out = tmp_path / "curve.png"
+    proc = subprocess.run([sys.executable, "scripts/plot_curves.py", str(metrics), "--label", "grpo", "--x", "minutes",
+                           "--out", str(out)], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "| eval64 | 0.400 (step 0) | 0.900 (step 5) | 1.000 |" in proc.stdout
+    assert out.stat().st_size > 1000

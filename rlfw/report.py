@@ -1,0 +1,61 @@
+"""What a run prints and draws at the end: pass@1 before and after, per evaluation set, and curves."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+
+def eval_series(metrics_path: Path, key: str, x: str = "step") -> tuple[list[float], list[float]]:
+    """(x, value) of every logged row that has `key`; x is the step or time/minutes."""
+    xs, ys = [], []
+    for line in Path(metrics_path).read_text().splitlines():
+        row = json.loads(line)
+        if key in row:
+            xs.append(row["step"] if x == "step" else row.get("time/minutes", float("nan")))
+            ys.append(row[key])
+    return xs, ys
+
+
+def pass_at_1_keys(metrics_path: Path) -> list[str]:
+    keys: set[str] = set()
+    for line in Path(metrics_path).read_text().splitlines():
+        keys |= {k for k in json.loads(line) if k.endswith("/pass_at_1") and k.startswith("eval/")
+                 and not k.startswith("eval/all/")}
+    return sorted(keys)
+
+
+def before_after(metrics_path: Path) -> str:
+    """A Markdown table: first and last pass@1 of every evaluation set, with its solvable ceiling."""
+    lines = ["| eval set | pass@1 before | pass@1 after | solvable within the turn limit |", "|---|---:|---:|---:|"]
+    for key in pass_at_1_keys(metrics_path):
+        name = key.split("/")[1]
+        steps, values = eval_series(metrics_path, key)
+        _, ceiling = eval_series(metrics_path, f"eval/{name}/solvable_fraction")
+        cap = f"{ceiling[-1]:.3f}" if ceiling else "n/a"
+        lines.append(f"| {name} | {values[0]:.3f} (step {steps[0]}) | {values[-1]:.3f} (step {steps[-1]}) | {cap} |")
+    return "\n".join(lines)
+
+
+def plot(runs: dict[str, Path], out: Path, keys: list[str] | None = None, x: str = "step") -> Path:
+    """Draw pass@1 curves of several runs ({label: metrics.jsonl}) into one PNG."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4))
+    for label, path in runs.items():
+        for key in keys or pass_at_1_keys(path):
+            xs, ys = eval_series(path, key, x)
+            if xs:
+                ax.plot(xs, ys, marker="o", label=f"{label}: {key.split('/')[1]}")
+    ax.set_xlabel("training step" if x == "step" else "wall-clock minutes")
+    ax.set_ylabel("greedy pass@1")
+    ax.set_ylim(0, 1)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(out, dpi=120)
+    plt.close(fig)
+    return out
