@@ -14,8 +14,9 @@ import gymnasium as gym
 
 from rlfw.config import Config, EnvConfig, ModelConfig
 
-# Fields of EnvConfig the framework consumes itself; every other field of an env schema is an env kwarg.
-_FRAMEWORK_ENV_FIELDS = {"name", "id", "module", "history", "max_new_tokens", "max_episode_tokens", "eval_set", "eval_size", "kwargs"}
+# Fields of the base EnvConfig are the framework's own, except max_turns, which the env also takes;
+# every field a subclass schema adds (difficulty, cell_px, ...) is an env kwarg.
+_FRAMEWORK_ENV_FIELDS = {f.name for f in dataclasses.fields(EnvConfig)} - {"max_turns"}
 
 
 def env_kwargs(env: EnvConfig) -> dict:

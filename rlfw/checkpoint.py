@@ -33,8 +33,10 @@ from omegaconf import OmegaConf
 POINTER = "latest_checkpointed_iteration.txt"
 MANIFEST = "manifest.json"
 POLICY_STATE = "policy_state.pt"
-# Config keys whose change alters what a checkpoint's weights mean.
+# Config keys whose change alters what a checkpoint's weights mean (refused), and keys whose change
+# alters how training continues (reported).
 MEANING_KEYS = ("model",)
+CONTINUATION_KEYS = ("algo", "env", "seed", "trainer.total_steps")
 
 
 class CheckpointError(RuntimeError):
@@ -144,9 +146,16 @@ class CheckpointStore:
         if fs.exists(final):
             fs.rm(final, recursive=True)
         move_dir(fs, staging, final)
-        write_file(fs, self._p(POINTER), str(step).encode())
+        pointer_tmp = self._p(f".{POINTER}.tmp")
+        write_file(fs, pointer_tmp, str(step).encode())
+        fs.mv(pointer_tmp, self._p(POINTER))  # a rename on local disk; one PUT on object stores
+        # Folders above this step belong to a future abandoned by a resume from an older step.
+        complete = [p for p in self._step_dirs() if fs.exists(f"{p}/{MANIFEST}")]
+        for stale in [p for p in self._step_dirs() if _step_of(p) > step]:
+            fs.rm(stale, recursive=True)
         if max_to_keep > 0:
-            for old in sorted(self._step_dirs(), key=lambda p: _step_of(p))[:-max_to_keep]:
+            kept = sorted((p for p in complete if _step_of(p) <= step), key=_step_of)
+            for old in kept[:-max_to_keep]:
                 fs.rm(old, recursive=True)
         return final
 
@@ -206,21 +215,29 @@ class CheckpointStore:
             raise CheckpointError(f"cannot resume from {url}: {problem}")
         return Resumed(step, path)
 
-    def check_config(self, path: str, config, allow_changes: bool) -> None:
-        """Refuse to resume when keys that define the weights differ, naming them."""
+    def check_config(self, path: str, config, allow_changes: bool) -> list[str]:
+        """Refuse to resume when keys that define the weights differ, naming them; return the other
+        differences that change how training continues (the caller reports them)."""
         saved = OmegaConf.to_container(OmegaConf.create(self.fs.cat(f"{path}/config.yaml").decode()), resolve=False)
         now = OmegaConf.to_container(OmegaConf.structured(config), resolve=False)
-        diffs = [d for key in MEANING_KEYS for d in _diff(saved.get(key), now.get(key), key)]
+        diffs = [d for key in MEANING_KEYS for d in _diff(_get(saved, key), _get(now, key), key)]
         if diffs and not allow_changes:
             raise CheckpointError(
                 f"the config changes what checkpoint {self.url_of(path)} means: " + "; ".join(diffs)
                 + ". Undo the change, or set trainer.resume_ignore_config_changes=true to resume anyway."
             )
+        return diffs + [d for key in CONTINUATION_KEYS for d in _diff(_get(saved, key), _get(now, key), key)]
 
     def load_trainer_state(self, path: str) -> dict:
         state = json.loads(self.fs.cat(f"{path}/trainer_state.json"))
         set_driver_rng_state(state["rng"])
         return state
+
+
+def _get(tree: dict, dotted: str):
+    for part in dotted.split("."):
+        tree = tree.get(part) if isinstance(tree, dict) else None
+    return tree
 
 
 def _diff(a, b, prefix: str) -> list[str]:

@@ -14,7 +14,36 @@ from typing import Any, Optional
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING
 
-from rlfw.models.tiny_vl import TinyVLSpec
+
+@dataclass
+class TinyVLSpec:
+    """Architecture of the tiny policy. Defaults give about 1.4M parameters (rlfw.models.tiny_vl builds it)."""
+
+    hidden_size: int = 128
+    """Width of the language model."""
+    num_layers: int = 4
+    """Decoder layers of the language model."""
+    num_heads: int = 4
+    """Attention heads (head_dim = hidden_size / num_heads)."""
+    num_kv_heads: int = 2
+    """Key/value heads (grouped-query attention)."""
+    intermediate_size: int = 512
+    """MLP width of the language model."""
+    vision_hidden_size: int = 64
+    """Width of the vision tower."""
+    vision_depth: int = 2
+    """Layers of the vision tower."""
+    vision_heads: int = 2
+    """Attention heads of the vision tower."""
+    patch_size: int = 8
+    """Vision patch side in pixels. Match it to the env's `cell_px` so one patch is one grid square."""
+    spatial_merge_size: int = 1
+    """Patches merged into one LM token per side (Qwen uses 2; 1 keeps one token per grid square)."""
+    vocab_size: int = 1024
+    """Target size of the byte-level BPE vocabulary (before special and action tokens)."""
+    image_crop_px: int = 0
+    """Pixels cut from each image side before the vision tower (e.g. one cell: a maze's outer wall
+    never changes, so cropping it saves tokens). Stored with the processor."""
 
 
 @dataclass
@@ -28,7 +57,10 @@ class AlgoConfig:
     policy_loss_type: str = "ppo"
     """Registered policy loss (`rlfw.algos.list_policy_losses()`): ppo (token ratio), gspo (sequence ratio)."""
     loss_reduction: str = "token-mean"
-    """How token losses become one number: token-mean, seq-mean-token-mean, seq-mean-token-sum."""
+    """How token losses become one number: token-mean, seq-mean-token-mean, seq-mean-token-sum. With
+    env.history=none every turn is its own sequence."""
+    loss_max_tokens: Optional[int] = None
+    """seq-mean-token-sum only: divide by this constant (Dr. GRPO uses the generation budget); None = no division."""
     n_samples_per_prompt: int = 8
     """Episodes sampled per task (the GRPO group size)."""
     train_batch_size: int = 8
@@ -42,9 +74,9 @@ class AlgoConfig:
     lr: float = 1e-4
     """Peak learning rate of AdamW."""
     lr_schedule: str = "constant"
-    """After warmup: constant or cosine (to lr * min_lr_ratio at trainer.total_steps)."""
+    """After warmup: constant, or cosine reaching lr * min_lr_ratio at the last training step."""
     warmup_steps: int = 0
-    """Linear warmup, in optimizer steps."""
+    """Linear warmup, in training steps (the LR is set once per step, shared by its optimizer steps)."""
     min_lr_ratio: float = 0.0
     """Floor of the cosine schedule as a fraction of lr."""
     weight_decay: float = 0.0
@@ -68,7 +100,7 @@ class AlgoConfig:
     max_sample_rounds: int = 3
     """With dynamic_sampling=resample: most rollout rounds per step to fill the batch."""
     temperature: float = 1.0
-    """Sampling temperature of training rollouts."""
+    """Sampling temperature of training rollouts; the trainer's log-probs use the same temperature."""
     top_p: float = 1.0
     """Nucleus sampling of training rollouts (1.0 = off; keep 1.0 so engine log-probs are the policy's)."""
 
@@ -90,7 +122,8 @@ class EnvConfig:
     max_new_tokens: int = 8
     """Per-turn generation limit in tokens."""
     max_episode_tokens: int = 4096
-    """Per-episode token limit (prompt + generated); an episode that reaches it is truncated."""
+    """Token limit of one training sequence (prompt + generated): the whole conversation with
+    history=full, one turn with history=none. An episode whose next turn would not fit ends there."""
     eval_set: str = "heldout"
     """Greedy evaluation set: eval64 / eval64_hard (VisGym's fixed mazes) or heldout (env seeds from
     envs.eval_sets.HELD_OUT_SEED_START, any env)."""
@@ -310,16 +343,26 @@ def _choice(value: str, valid: list[str], key: str) -> list[str]:
     return [] if value in valid else [f"{key}={value!r} is not one of {valid}"]
 
 
+def _fixed_set_size_errors(env: EnvConfig) -> list[str]:
+    """VisGym's fixed sets are 9x9 (eval64) and 11x11 (eval64_hard) mazes: the env must match."""
+    if not isinstance(env, MazeEnvConfig) or env.eval_set not in ("eval64", "eval64_hard"):
+        return []
+    want = "easy" if env.eval_set == "eval64" else "hard"
+    if env.difficulty != want or "size" in env.kwargs:
+        return [f"env.eval_set={env.eval_set} holds {want} mazes; set env.difficulty={want} or env.eval_set=heldout"]
+    return []
+
+
 def validate(cfg: Config) -> None:
     """Check cross-field invariants up front; raise ConfigError listing every problem found."""
-    from rlfw.algos import list_adv_ests, list_policy_losses
+    from rlfw.algos import KL_KINDS, LOSS_AGG_MODES, list_adv_ests, list_policy_losses
 
     a, e, c = cfg.algo, cfg.env, cfg.cluster
     errs: list[str] = []
     errs += _choice(a.advantage_estimator, list_adv_ests(), "algo.advantage_estimator")
     errs += _choice(a.policy_loss_type, list_policy_losses(), "algo.policy_loss_type")
-    errs += _choice(a.loss_reduction, ["token-mean", "seq-mean-token-mean", "seq-mean-token-sum"], "algo.loss_reduction")
-    errs += _choice(a.kl_estimator_type, ["k1", "k2", "k3"], "algo.kl_estimator_type")
+    errs += _choice(a.loss_reduction, list(LOSS_AGG_MODES), "algo.loss_reduction")
+    errs += _choice(a.kl_estimator_type, list(KL_KINDS), "algo.kl_estimator_type")
     errs += _choice(a.dynamic_sampling, ["off", "drop", "resample"], "algo.dynamic_sampling")
     errs += _choice(a.lr_schedule, ["constant", "cosine"], "algo.lr_schedule")
     errs += _choice(e.history, ["none", "full"], "env.history")
@@ -336,6 +379,7 @@ def validate(cfg: Config) -> None:
             f"{a.train_batch_size}; e.g. set algo.mini_batch_size={a.train_batch_size}"
         )
     for key, val in [("algo.micro_batch_size", a.micro_batch_size), ("algo.update_epochs", a.update_epochs),
+                     ("algo.max_sample_rounds", a.max_sample_rounds),
                      ("env.max_turns", e.max_turns), ("env.max_new_tokens", e.max_new_tokens),
                      ("cluster.num_engines", c.num_engines), ("cluster.torch_threads", c.torch_threads),
                      ("trainer.total_steps", cfg.trainer.total_steps)]:
@@ -343,6 +387,15 @@ def validate(cfg: Config) -> None:
             errs.append(f"{key}={val} must be >= 1")
     if a.lr <= 0:
         errs.append(f"algo.lr={a.lr} must be > 0")
+    if a.warmup_steps < 0 or not 0 <= a.min_lr_ratio <= 1:
+        errs.append(f"need algo.warmup_steps >= 0 and 0 <= algo.min_lr_ratio <= 1 (got {a.warmup_steps}, {a.min_lr_ratio})")
+    if a.policy_loss_type == "gspo" and a.loss_reduction != "seq-mean-token-mean":
+        errs.append("algo.policy_loss_type=gspo is GSPO only with algo.loss_reduction=seq-mean-token-mean")
+    if a.loss_max_tokens is not None and (a.loss_reduction != "seq-mean-token-sum" or a.loss_max_tokens < 1):
+        errs.append("algo.loss_max_tokens applies to algo.loss_reduction=seq-mean-token-sum only and must be >= 1")
+    if cfg.model.lora.dropout and cfg.model.lora.rank:
+        errs.append(f"model.lora.dropout={cfg.model.lora.dropout}: dropout makes the policy stochastic, so the "
+                    "PPO ratio of a sample to itself is not 1; set model.lora.dropout=0 for RL")
     if not (0 <= a.eps_clip_low < 1) or a.eps_clip_high < 0:
         errs.append(f"clip ranges must satisfy 0 <= algo.eps_clip_low < 1 and algo.eps_clip_high >= 0 "
                     f"(got {a.eps_clip_low}, {a.eps_clip_high})")
@@ -360,8 +413,13 @@ def validate(cfg: Config) -> None:
     errs += _choice(t.resume_mode, ["none", "latest", "from_path"], "trainer.resume_mode")
     if t.resume_mode == "from_path" and not t.resume_path:
         errs.append("trainer.resume_mode=from_path needs trainer.resume_path=<ckpt_path>/global_step_N")
-    if c.engine_backend == "vllm" and c.gpus_per_worker <= 0:
-        errs.append("cluster.engine_backend=vllm needs GPUs: set cluster.gpus_per_worker>0 or use engine_backend=transformers")
+    if c.engine_backend == "vllm":
+        errs.append("cluster.engine_backend=vllm is not available yet; use cluster.engine_backend=transformers")
+    if t.heldout_eval_size and (not t.eval_interval or e.eval_set == "heldout"):
+        errs.append("trainer.heldout_eval_size needs trainer.eval_interval > 0 and an env.eval_set other than heldout")
+    if t.eval_interval and not cfg.logger.jsonl:
+        errs.append("evaluation reports read metrics.jsonl: keep logger.jsonl=true or set trainer.eval_interval=0")
+    errs += _fixed_set_size_errors(e)
     if errs:
         raise ConfigError("invalid config:\n  - " + "\n  - ".join(errs))
 
@@ -378,6 +436,11 @@ def validate_sft(cfg: SFTRunConfig) -> None:
         errs.append(f"sft.noise={s.noise} must be in [0, 1)")
     if s.noise and s.states != "oracle_path":
         errs.append("sft.noise applies to sft.states=oracle_path only; set sft.states=oracle_path or sft.noise=0")
+    if s.warmup_steps < 0:
+        errs.append(f"sft.warmup_steps={s.warmup_steps} must be >= 0")
+    if s.max_grad_norm <= 0:
+        errs.append(f"sft.max_grad_norm={s.max_grad_norm} must be > 0")
+    errs += _fixed_set_size_errors(cfg.env)
     if not 0 <= s.decay_fraction <= 1:
         errs.append(f"sft.decay_fraction={s.decay_fraction} must be in [0, 1]")
     if s.stop_at_pass_at_1 is not None and not 0 < s.stop_at_pass_at_1 <= 1:

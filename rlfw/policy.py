@@ -1,10 +1,11 @@
 """The training side of the policy: log-probs, the clipped policy-gradient update, weight export.
 
 `PolicyTrainer` owns the model (LoRA-wrapped or full), AdamW and the LR schedule. One `update`
-call is one training step's worth of optimisation: it recomputes the old log-probs (unless the step is a
-single on-policy optimizer step) and the reference log-probs for the KL term, then runs `update_epochs` passes of mini-batches, each a
-few micro-batches of gradient accumulation. Losses are weighted across micro-batches so that
-token-mean and sequence-mean reductions are exact over the whole mini-batch.
+call is one training step's worth of optimisation: it recomputes the old log-probs (unless the step
+is a single on-policy optimizer step) and the reference log-probs for the KL term, then runs
+`update_epochs` passes of mini-batches, each a few micro-batches of gradient accumulation. Losses
+are weighted across micro-batches so that token-mean and sequence-mean reductions are exact over
+the whole mini-batch. Log-probs are taken at the sampling temperature, like the engine's.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from rlfw.algos import aggregate, entropy_from_logits, get_policy_loss, kl_estimate
+from rlfw.algos import aggregate, entropy_from_logits, get_policy_loss, kl_estimate, masked_mean
 from rlfw.config import AlgoConfig
 from rlfw.models.processing import PolicyProcessor, collate
 from rlfw.models.weights import save_policy_weights
@@ -26,14 +27,15 @@ from rlfw.rollout.types import Segment
 
 
 def lr_lambda(algo: AlgoConfig, total_steps: int):
-    """Linear warmup, then constant or cosine down to lr * min_lr_ratio at total_steps."""
+    """LR factor for training step `step` (0-based): linear warmup over warmup_steps, then constant,
+    or cosine reaching lr * min_lr_ratio at the last step."""
 
     def fn(step: int) -> float:
         if step < algo.warmup_steps:
             return (step + 1) / algo.warmup_steps
         if algo.lr_schedule == "constant":
             return 1.0
-        progress = min(1.0, (step - algo.warmup_steps) / max(1, total_steps - algo.warmup_steps))
+        progress = min(1.0, (step - algo.warmup_steps) / max(1, total_steps - 1 - algo.warmup_steps))
         return algo.min_lr_ratio + (1 - algo.min_lr_ratio) * 0.5 * (1 + math.cos(math.pi * progress))
 
     return fn
@@ -41,14 +43,15 @@ def lr_lambda(algo: AlgoConfig, total_steps: int):
 
 class PolicyTrainer:
     def __init__(self, model: torch.nn.Module, processor: PolicyProcessor, algo: AlgoConfig,
-                 optimizer_steps: int, seed: int = 0):
+                 total_steps: int, seed: int = 0):
         self.model = model
         self.processor = processor
         self.algo = algo
         self.loss_fn = get_policy_loss(algo.policy_loss_type)
         self.params = [p for p in model.parameters() if p.requires_grad]
         self.optimizer = torch.optim.AdamW(self.params, lr=algo.lr, weight_decay=algo.weight_decay)
-        self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, lr_lambda(algo, optimizer_steps))
+        # the schedule advances once per training step (all of a step's optimizer steps share its LR)
+        self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, lr_lambda(algo, total_steps))
         self.is_peft = hasattr(model, "disable_adapter")
         # Full fine-tuning with a KL term needs a frozen copy; LoRA just disables the adapter.
         self.ref_model = None
@@ -59,7 +62,7 @@ class PolicyTrainer:
 
     # -- forward --------------------------------------------------------------------------------
     def _forward(self, segments: list[Segment], model: torch.nn.Module | None = None, want_entropy: bool = False):
-        return sequence_logprobs(model or self.model, self.processor, segments, want_entropy)
+        return sequence_logprobs(model or self.model, self.processor, segments, want_entropy, self.algo.temperature)
 
     @torch.no_grad()
     def logprobs(self, segments: list[Segment], reference: bool = False) -> list[torch.Tensor]:
@@ -87,8 +90,9 @@ class PolicyTrainer:
         """
         a = self.algo
         self.generator.manual_seed(seed)
+        torch.manual_seed(seed)  # anything stochastic inside the forward pass repeats on resume
         unique_groups = sorted(set(groups))
-        n_minis = max(1, len(unique_groups) // a.mini_batch_size) if len(unique_groups) >= a.mini_batch_size else 1
+        n_minis = max(1, len(unique_groups) // a.mini_batch_size)
         # One optimizer step on fresh samples is exactly on-policy: the old log-probs are the current
         # ones (ratio 1, gradient = policy gradient), so skip the extra forward pass.
         old = None if a.update_epochs * n_minis == 1 else self.logprobs(segments)
@@ -103,7 +107,10 @@ class PolicyTrainer:
                 stats = self._optimizer_step(segments, advantages, old, ref, idx)
                 for k, v in stats.items():
                     totals.setdefault(k, []).append(v)
-        return {k: float(np.mean(v)) for k, v in totals.items()}
+        self.scheduler.step()
+        out = {k: float(np.mean(v)) for k, v in totals.items()}
+        out["optimizer_steps"] = self.optimizer_steps
+        return out
 
     def _optimizer_step(self, segments, advantages, old, ref, idx: list[int]) -> dict[str, float]:
         a = self.algo
@@ -117,8 +124,13 @@ class PolicyTrainer:
             old_logp = logp.detach() if old is None else _pad([old[i] for i in chunk], logp.shape[1])
             adv = torch.tensor([advantages[i] for i in chunk], dtype=torch.float32)
             loss, stats = self.loss_fn(logp, old_logp, adv, mask, clip_low=a.eps_clip_low,
-                                       clip_high=a.eps_clip_high, loss_agg=a.loss_reduction)
-            ent = aggregate(entropy, mask, a.loss_reduction)
+                                       clip_high=a.eps_clip_high, loss_agg=a.loss_reduction,
+                                       max_tokens=a.loss_max_tokens)
+            # drift between the engine's sampling log-probs and the trainer's: a stale or mismatched
+            # engine shows up here first
+            engine_logp = _pad([torch.tensor(segments[i].logprobs[1:]) for i in chunk], logp.shape[1])
+            stats["rollout_logp_abs_diff"] = masked_mean((logp.detach() - engine_logp).abs(), mask)
+            ent = aggregate(entropy, mask, a.loss_reduction, max_tokens=a.loss_max_tokens)
             total = loss - a.entropy_coef * ent
             if ref is not None:
                 kl = aggregate(kl_estimate(logp, _pad([ref[i] for i in chunk], logp.shape[1]),
@@ -134,7 +146,6 @@ class PolicyTrainer:
         grad_norm = torch.nn.utils.clip_grad_norm_(
             self.params, a.max_grad_norm if a.max_grad_norm > 0 else float("inf"))
         self.optimizer.step()
-        self.scheduler.step()
         self.optimizer_steps += 1
         acc["grad_norm"] = float(grad_norm)
         acc["lr"] = self.scheduler.get_last_lr()[0]
@@ -191,15 +202,15 @@ class PolicyTrainer:
 
 
 def sequence_logprobs(model: torch.nn.Module, processor: PolicyProcessor, segments: list[Segment],
-                      want_entropy: bool = False):
-    """Log-probs of each sequence's next tokens under `model`.
+                      want_entropy: bool = False, temperature: float = 1.0):
+    """Log-probs of each sequence's next tokens under `model`, at the sampling temperature.
 
     Returns logp [B, T-1], the loss mask shifted to match [B, T-1], and the entropy [B, T-1] or None.
     """
     p = processor
     feats = [[p.image_features(img) for img in s.images] for s in segments]
     batch = collate([s.token_ids for s in segments], feats, p.image_token_id, p.pad_token_id, left_pad=False)
-    logits = model(**batch).logits[:, :-1].float()  # [B, T-1, V]
+    logits = model(**batch).logits[:, :-1].float() / temperature  # [B, T-1, V]
     targets = batch["input_ids"][:, 1:]  # [B, T-1]
     logp = torch.log_softmax(logits, -1).gather(-1, targets.unsqueeze(-1)).squeeze(-1)  # [B, T-1]
     mask = torch.zeros_like(targets, dtype=torch.float32)  # [B, T-1]

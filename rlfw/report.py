@@ -7,12 +7,12 @@ from pathlib import Path
 
 
 def eval_series(metrics_path: Path, key: str, x: str = "step") -> tuple[list[float], list[float]]:
-    """(x, value) of every logged row that has `key`; x is the step or time/minutes."""
+    """(x, value) of every logged row that has `key`; x is the step or timing/elapsed_min."""
     xs, ys = [], []
     for line in Path(metrics_path).read_text().splitlines():
         row = json.loads(line)
         if key in row:
-            xs.append(row["step"] if x == "step" else row.get("time/minutes", float("nan")))
+            xs.append(row["step"] if x == "step" else row.get("timing/elapsed_min", float("nan")))
             ys.append(row[key])
     return xs, ys
 

@@ -24,10 +24,9 @@ def to_config(cfg: DictConfig) -> Config:
 
 def main_from_config(cfg: Config) -> dict:
     from rlfw.build import build_logger, make_env_fn, prepare_base_model, seed_everything
+    from rlfw.checkpoint import CheckpointStore
     from rlfw.distributed.ray_runtime import RayRuntime
     from rlfw.train import train
-
-    from rlfw.checkpoint import CheckpointStore
 
     validate(cfg)
     out_dir = Path(cfg.trainer.output_dir)
@@ -36,19 +35,20 @@ def main_from_config(cfg: Config) -> dict:
         CheckpointStore(cfg.trainer.ckpt_path, cfg.trainer.ckpt_storage_options).preflight()
     seed_everything(cfg.seed)
     model_path = prepare_base_model(cfg.model, make_env_fn(cfg.env), out_dir, cfg.seed)
-    optimizer_steps = cfg.trainer.total_steps * cfg.algo.update_epochs * (cfg.algo.train_batch_size // cfg.algo.mini_batch_size)
-    runtime = RayRuntime(cfg, model_path, optimizer_steps)
     logger = build_logger(cfg, out_dir)
+    runtime = None
     try:
+        runtime = RayRuntime(cfg, model_path)
         final = train(cfg, out_dir, model_path, runtime.policy, runtime.engine, logger)
     except BaseException:
-        step = logger.last_step
-        print(f"rlfw: training stopped after step {step}; to continue, rerun with "
-              f"trainer.output_dir={out_dir} trainer.resume_mode=latest", flush=True)
+        hint = (f"rerun with trainer.output_dir={out_dir} trainer.resume_mode=latest" if cfg.trainer.ckpt_interval
+                else "no checkpoints were written (trainer.ckpt_interval=0)")
+        print(f"rlfw: training stopped after step {logger.last_step}; {hint}", flush=True)
         raise
     finally:
         logger.close()
-        runtime.shutdown()
+        if runtime is not None:
+            runtime.shutdown()
     if cfg.trainer.eval_interval:
         from rlfw.report import before_after, plot
 

@@ -14,6 +14,7 @@ processor) that `model.path=` accepts.
 
 from __future__ import annotations
 
+import copy
 import json
 import math
 import time
@@ -115,7 +116,8 @@ def save_checkpoint(model, processor: PolicyProcessor, path: Path, info: dict) -
 
     staging = path.with_name(path.name + ".tmp")
     shutil.rmtree(staging, ignore_errors=True)
-    to_save = model.merge_and_unload() if hasattr(model, "merge_and_unload") else model
+    # merge LoRA into a copy: merge_and_unload would strip the adapter from the model still training
+    to_save = copy.deepcopy(model).merge_and_unload() if hasattr(model, "merge_and_unload") else model
     to_save.save_pretrained(str(staging))
     processor.save_pretrained(staging)
     (staging / "rlfw_sft.json").write_text(json.dumps(info, indent=2))
@@ -145,7 +147,7 @@ def run_sft(cfg: SFTRunConfig) -> dict:
     sampler = DemoSampler(make_env, cfg.seed, s.states, s.noise)
     limits = LoopLimits(max_turns=cfg.env.max_turns, max_new_tokens=cfg.env.max_new_tokens,
                         max_episode_tokens=cfg.env.max_episode_tokens, history="none")
-    sets = {"heldout": eval_tasks(cfg.env, "heldout", s.eval_size), cfg.env.eval_set: eval_tasks(cfg.env)}
+    sets = {cfg.env.eval_set: eval_tasks(cfg.env), "heldout": eval_tasks(cfg.env, "heldout", s.eval_size)}
     envs = [make_env() for _ in range(max(len(t) for t, _ in sets.values()))]
     engine = TransformersEngine(model, processor)
     logger = MetricLogger(cfg.logger, out_dir, total_steps=s.steps, run_config=cfg)
@@ -157,14 +159,14 @@ def run_sft(cfg: SFTRunConfig) -> dict:
         for name, (tasks, layouts) in sets.items():
             metrics.update(evaluate(engine, processor, envs, tasks, layouts, limits, name,
                                     out_dir / "eval" / f"step_{step:06d}" / name, n_gifs=2)[0])
-        metrics["time/minutes"] = (time.perf_counter() - started) / 60
+        metrics["timing/elapsed_min"] = (time.perf_counter() - started) / 60
         logger.log(step, metrics)
         model.train()
         info = {"step": step, "seed": cfg.seed, "command": command, **metrics}
         save_checkpoint(model, processor, out_dir / "snapshots" / f"step_{step:06d}", info)
         logger.message(f"step {step}: held-out pass@1 {metrics['eval/heldout/pass_at_1']:.3f}, "
                        f"{cfg.env.eval_set} pass@1 {metrics[f'eval/{cfg.env.eval_set}/pass_at_1']:.3f} "
-                       f"({metrics['time/minutes']:.1f} min)")
+                       f"({metrics['timing/elapsed_min']:.1f} min)")
         return metrics
 
     model.train()

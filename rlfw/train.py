@@ -92,8 +92,10 @@ def resume(cfg: Config, store: checkpoint.CheckpointStore, policy, logger) -> in
     found = store.resolve(t.resume_path) if t.resume_mode == "from_path" else store.find_resume(logger.message)
     if found is None:
         logger.message(f"resume_mode=latest: no valid checkpoint under {t.ckpt_path}; starting fresh")
+        logger.truncate_after(-1)  # whatever an earlier attempt logged here is not part of this run
         return 0
-    store.check_config(found.path, cfg, t.resume_ignore_config_changes)
+    for change in store.check_config(found.path, cfg, t.resume_ignore_config_changes):
+        logger.message(f"warning: resuming with a changed setting: {change}")
     policy.load_checkpoint(store.url_of(f"{found.path}/{checkpoint.POLICY_STATE}"), store.storage_options)
     store.load_trainer_state(found.path)
     logger.truncate_after(found.step)
@@ -127,7 +129,7 @@ def train(cfg: Config, out_dir: Path, model_path: str, policy, engine, logger) -
             everything += episodes
         metrics.update(episode_metrics(everything, "eval/all"))
         metrics["timing/eval"] = time.perf_counter() - t0
-        metrics["time/minutes"] = (time.perf_counter() - started) / 60
+        metrics["timing/elapsed_min"] = (time.perf_counter() - started) / 60
         logger.log(step, metrics)
         for name, (_, layouts) in chosen.items():
             ceiling = metrics.get(f"eval/{name}/solvable_fraction")
@@ -164,8 +166,11 @@ def train(cfg: Config, out_dir: Path, model_path: str, policy, engine, logger) -
             t1 = time.perf_counter()
             policy.save_weights(str(sync_root), step)
             metrics["policy/engine_weights_version"] = min(engine.load_weights(str(sync_root)))
+            if not np.isfinite(stats["loss"]):
+                raise FloatingPointError(f"step {step}: policy loss is {stats['loss']}; lower algo.lr or "
+                                         "algo.max_grad_norm, or resume from an earlier checkpoint")
             metrics.update({f"policy/{k}": v for k, v in stats.items()})
-            metrics.update({f"train/{k.split('/', 1)[1]}": v for k, v in episode_metrics(episodes, "x").items()})
+            metrics.update(episode_metrics(episodes, "train"))
             metrics.update({"train/success_rate": metrics.pop("train/pass_at_1"),
                             "train/advantage_abs_mean": float(adv.abs().mean()), "train/episodes": len(episodes),
                             "train/generated_tokens": sum(e.generated_tokens for e in episodes),

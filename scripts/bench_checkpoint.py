@@ -20,7 +20,7 @@ from rlfw.build import make_env_fn, prepare_base_model
 from rlfw.checkpoint import CheckpointStore
 from rlfw.config import AlgoConfig, Config, LoraConfig, MazeEnvConfig, ModelConfig
 from rlfw.distributed.workers import PolicyWorker
-from rlfw.models.tiny_vl import TinyVLSpec
+from rlfw.config import TinyVLSpec
 
 
 def _size(path: Path) -> int:
@@ -41,7 +41,7 @@ def main() -> None:
     for label, rank in [("LoRA r16", 16), ("full fine-tuning", 0)]:
         model = ModelConfig(name="tiny_vl", tiny=spec, lora=LoraConfig(rank=rank))
         path = prepare_base_model(model, make_env, tmp, seed=0)
-        worker = PolicyWorker(model, AlgoConfig(name="grpo"), path, optimizer_steps=10, seed=0, torch_threads=1)
+        worker = PolicyWorker(model, AlgoConfig(name="grpo"), path, total_steps=10, seed=0, torch_threads=1)
         # one optimizer step so AdamW has its moment buffers, as in a real checkpoint
         params = [p for p in worker.trainer.model.parameters() if p.requires_grad]
         sum(p.sum() for p in params).backward()

@@ -20,7 +20,7 @@ from rlfw.build import make_env_fn, prepare_base_model
 from rlfw.config import AlgoConfig, MazeEnvConfig, ModelConfig
 from rlfw.distributed.workers import EngineWorker, PolicyWorker
 from rlfw.models.processing import PolicyProcessor, collate
-from rlfw.models.tiny_vl import TinyVLSpec
+from rlfw.config import TinyVLSpec
 from rlfw.rollout.agent_loop import LoopLimits, collect
 from rlfw.rollout.types import SamplingParams, Task
 
@@ -92,7 +92,7 @@ def main() -> None:
     t_naive = time.perf_counter() - t0
 
     algo = AlgoConfig(name="grpo", train_batch_size=args.tasks, mini_batch_size=args.tasks, micro_batch_size=16)
-    policy = PolicyWorker(model_cfg, algo, path, optimizer_steps=10, seed=0, torch_threads=args.threads)
+    policy = PolicyWorker(model_cfg, algo, path, total_steps=10, seed=0, torch_threads=args.threads)
     segments = [s for e in eps for s in e.segments]
     groups = [e.group_id for e in eps for _ in e.segments]
     adv = [1.0 if i % 2 else -1.0 for i in range(len(segments))]

@@ -29,9 +29,9 @@ PPO at +-20 and GSPO at +10); stats are masked-token means for both losses, so f
 
 Aggregation (``aggregate``; modes and names as in verl's ``agg_loss``):
 
-- ``token-mean``: sum over all masked tokens / number of masked tokens (DAPO). Note that this is
-  the mean over the tokens of the batch it is given; with gradient accumulation, micro-batches are
-  weighted equally, not by their token counts.
+- ``token-mean``: sum over all masked tokens / number of masked tokens (DAPO). This is the mean
+  over the batch it is given; the trainer (``rlfw.policy``) weights each micro-batch by its share of
+  the mini-batch's tokens, so the accumulated gradient is the token mean over the whole mini-batch.
 - ``seq-mean-token-mean``: mean over sequences of each sequence's token mean (the original GRPO).
 - ``seq-mean-token-sum``: mean over sequences of each sequence's token sum, divided by the constant
   ``max_tokens`` if given (Dr. GRPO normalises by a constant, the generation budget, instead of

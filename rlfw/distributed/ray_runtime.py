@@ -51,7 +51,7 @@ def bundles_for(cfg: Config) -> list[dict[str, float]]:
 
 
 class RayRuntime:
-    def __init__(self, cfg: Config, model_path: str, optimizer_steps: int):
+    def __init__(self, cfg: Config, model_path: str):
         c = cfg.cluster
         if not ray.is_initialized():
             os.environ.setdefault("RAY_DEDUP_LOGS", "0")
@@ -76,7 +76,7 @@ class RayRuntime:
             )
 
         self.policy_actor = ray.remote(PolicyWorker).options(**opts(0)).remote(
-            cfg.model, cfg.algo, model_path, optimizer_steps, cfg.seed, c.torch_threads)
+            cfg.model, cfg.algo, model_path, cfg.trainer.total_steps, cfg.seed, c.torch_threads)
         first = 0 if c.colocate_all else 1
         self.engine_actors = [
             ray.remote(EngineWorker).options(max_restarts=c.max_engine_restarts, **opts(first + i)).remote(

@@ -21,7 +21,7 @@ def _threads(n: int) -> None:
 
 
 class PolicyWorker:
-    def __init__(self, model_cfg: ModelConfig, algo: AlgoConfig, path: str, optimizer_steps: int,
+    def __init__(self, model_cfg: ModelConfig, algo: AlgoConfig, path: str, total_steps: int,
                  seed: int, torch_threads: int):
         from rlfw.build import build_policy_model, seed_everything
         from rlfw.policy import PolicyTrainer
@@ -29,7 +29,7 @@ class PolicyWorker:
         _threads(torch_threads)
         seed_everything(seed)
         model, processor = build_policy_model(model_cfg, path)
-        self.trainer = PolicyTrainer(model, processor, algo, optimizer_steps, seed=seed)
+        self.trainer = PolicyTrainer(model, processor, algo, total_steps, seed=seed)
 
     def update(self, segments: list[Segment], advantages: list[float], groups: list[int],
                seed: int = 0) -> dict[str, float]:
@@ -54,7 +54,7 @@ class PolicyWorker:
         import fsspec
 
         with fsspec.open(url, "rb", **storage_options) as f:
-            self.trainer.load_state_dict(torch.load(io.BytesIO(f.read()), weights_only=False))
+            self.trainer.load_state_dict(torch.load(io.BytesIO(f.read()), weights_only=True))
 
     def export_pretrained(self, url: str, storage_options: dict) -> None:
         self.trainer.export_pretrained(url, storage_options)
@@ -154,7 +154,3 @@ class EnginePool:
 
     def wake_up(self) -> None:
         self._call_all("wake_up")
-
-
-def call_in_process(calls):
-    return [getattr(obj, method)(*args) for obj, method, args in calls]

@@ -14,8 +14,6 @@ Qwen3-VL checkpoint.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import (
     PreTrainedTokenizerFast,
@@ -24,6 +22,7 @@ from transformers import (
 )
 from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import Qwen2VLImageProcessorPil
 
+from rlfw.config import TinyVLSpec
 from rlfw.models.processing import PolicyProcessor
 
 # Special tokens of the Qwen chat format, in the order Qwen uses them.
@@ -50,37 +49,6 @@ CHAT_TEMPLATE = (
     "{%- endfor -%}"
     "{%- if add_generation_prompt -%}<|im_start|>assistant\n{%- endif -%}"
 )
-
-
-@dataclass
-class TinyVLSpec:
-    """Architecture of the tiny policy. Defaults give about 2M parameters."""
-
-    hidden_size: int = 128
-    """Width of the language model."""
-    num_layers: int = 4
-    """Decoder layers of the language model."""
-    num_heads: int = 4
-    """Attention heads (head_dim = hidden_size / num_heads)."""
-    num_kv_heads: int = 2
-    """Key/value heads (grouped-query attention)."""
-    intermediate_size: int = 512
-    """MLP width of the language model."""
-    vision_hidden_size: int = 64
-    """Width of the vision tower."""
-    vision_depth: int = 2
-    """Layers of the vision tower."""
-    vision_heads: int = 2
-    """Attention heads of the vision tower."""
-    patch_size: int = 8
-    """Vision patch side in pixels. Match it to the env's `cell_px` so one patch is one grid square."""
-    spatial_merge_size: int = 1
-    """Patches merged into one LM token per side (Qwen uses 2; 1 keeps one token per grid square)."""
-    vocab_size: int = 1024
-    """Target size of the byte-level BPE vocabulary (before special and action tokens)."""
-    image_crop_px: int = 0
-    """Pixels cut from each image side before the vision tower (e.g. one cell: a maze's outer wall
-    never changes, so cropping it saves tokens). Stored with the processor."""
 
 
 def build_tokenizer(corpus: list[str], action_tokens: list[str], vocab_size: int = 1024) -> PreTrainedTokenizerFast:

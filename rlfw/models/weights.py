@@ -1,6 +1,6 @@
 """Hand trained weights from the trainer to the rollout engines through shared storage.
 
-After each optimizer step the trainer writes `<sync_root>/v<N>/` (a PEFT adapter folder:
+After each training step the trainer writes `<sync_root>/v<N>/` (a PEFT adapter folder:
 `adapter_config.json` + `adapter_model.safetensors`, or a full `save_pretrained` folder when
 training without LoRA), then atomically replaces `<sync_root>/LATEST` with `N`. An engine reads
 `LATEST` and loads that version, so it never sees a half-written folder. vLLM loads the same

@@ -2,8 +2,8 @@
 
 An engine generates for a batch of multimodal prompts given as token ids plus images, returns
 generated ids with their log-probabilities, loads a new LoRA adapter (or full weights) from shared
-storage after each optimizer step, and can sleep while a colocated trainer uses the device. The
-vLLM engine (`rlfw.rollout.vllm_engine`, an optional extra) implements the same protocol.
+storage after each training step, and can sleep while a colocated trainer uses the device. The
+vLLM engine (the cluster backend, an optional extra; not built yet) is to implement the same protocol.
 """
 
 from __future__ import annotations
@@ -26,6 +26,14 @@ class InferenceEngine(Protocol):
 
     def load_weights(self, path: str) -> int:
         """Load the adapter (or full weights) saved at `path`; return the version written there."""
+        ...
+
+    def set_seed(self, seed: int) -> None:
+        """Seed sampling, so a step's rollouts are a function of (seed, weights)."""
+        ...
+
+    def recover(self, sync_root: str) -> None:
+        """After an EngineFailure: wait for restarted engines and reload the published weights."""
         ...
 
     def sleep(self) -> None: ...
@@ -60,8 +68,8 @@ class TransformersEngine:
             suppress_tokens=p.banned_token_ids, output_logits=True, return_dict_in_generate=True, **sampling,
         )
         new = gen.sequences[:, batch["input_ids"].shape[1]:]  # [B, G]
-        # log-probs of the model's own distribution (raw logits / T), the quantity the trainer computes;
-        # banned structural tokens are never sampled and carry negligible mass in a trained policy
+        # log-probs of the model's own distribution (raw logits / T), which is what the trainer computes
+        # (rlfw.policy.sequence_logprobs at algo.temperature); banned structural tokens are never sampled
         temperature = 1.0 if params.greedy else params.temperature
         logits = torch.stack(gen.logits, dim=1).float() / temperature  # [B, G, V]
         logp = torch.log_softmax(logits, -1).gather(-1, new.unsqueeze(-1)).squeeze(-1)  # [B, G]

@@ -7,7 +7,7 @@ from rlfw.build import make_env_fn, prepare_base_model
 from rlfw.config import EnvConfig, ModelConfig
 from rlfw.distributed.workers import EngineWorker
 from rlfw.models.processing import PolicyProcessor
-from rlfw.models.tiny_vl import TinyVLSpec
+from rlfw.config import TinyVLSpec
 from rlfw.rollout.agent_loop import LoopLimits, collect
 from rlfw.rollout.types import SamplingParams, Task
 

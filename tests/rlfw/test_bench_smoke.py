@@ -24,9 +24,9 @@ def test_bench_checkpoint_smoke():
 def test_plot_curves_and_before_after_table(tmp_path):
     import json
 
-    rows = [{"step": 0, "eval/eval64/pass_at_1": 0.4, "eval/eval64/solvable_fraction": 1.0, "time/minutes": 0.1},
+    rows = [{"step": 0, "eval/eval64/pass_at_1": 0.4, "eval/eval64/solvable_fraction": 1.0, "timing/elapsed_min": 0.1},
             {"step": 1, "train/reward_mean": 0.5},
-            {"step": 5, "eval/eval64/pass_at_1": 0.9, "eval/eval64/solvable_fraction": 1.0, "time/minutes": 3.0}]
+            {"step": 5, "eval/eval64/pass_at_1": 0.9, "eval/eval64/solvable_fraction": 1.0, "timing/elapsed_min": 3.0}]
     metrics = tmp_path / "metrics.jsonl"
     metrics.write_text("".join(json.dumps(r) + "\n" for r in rows))
     out = tmp_path / "curve.png"

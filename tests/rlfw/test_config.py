@@ -1,5 +1,6 @@
 """Every config group option and experiment preset composes against its schema and validates."""
 
+import re
 from pathlib import Path
 
 import pytest
@@ -68,12 +69,25 @@ def test_wrong_type_fails_at_compose():
         (["algo.advantage_estimator=ppo_gae"], "algo.advantage_estimator"),
         (["env.history=some"], "env.history"),
         (["model.lora.rank=-1"], "model.lora.rank"),
+        (["algo.max_sample_rounds=0"], "algo.max_sample_rounds"),
+        (["algo=gspo", "algo.loss_reduction=token-mean"], "gspo"),
+        (["model.lora.dropout=0.1"], "model.lora.dropout"),
+        (["env.difficulty=hard"], "env.eval_set=eval64 holds easy"),
+        (["trainer.heldout_eval_size=64", "trainer.eval_interval=0"], "trainer.heldout_eval_size"),
+        (["cluster.engine_backend=vllm"], "vllm"),
+        (["trainer.resume_mode=from_path"], "trainer.resume_path"),
     ],
 )
 def test_cross_field_errors_say_how_to_fix(overrides, needle):
     cfg = load(overrides)
-    with pytest.raises(ConfigError, match=needle.replace("(", r"\(").replace(".", r"\.")):
+    with pytest.raises(ConfigError, match=re.escape(needle)):
         validate(cfg)
+
+
+def test_dr_grpo_normalises_by_the_generation_budget():
+    cfg = load(["algo=dr_grpo", "env.max_new_tokens=6"])
+    assert cfg.algo.loss_max_tokens == 6
+    validate(cfg)
 
 
 def test_env_kwargs_come_from_the_schema():

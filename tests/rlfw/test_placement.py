@@ -13,6 +13,6 @@ def test_unplaceable_cluster_fails_with_message():
                  model=ModelConfig(name="tiny_vl"))
     try:
         with pytest.raises(PlacementError, match="Lower cluster.num_engines"):
-            RayRuntime(cfg, model_path="unused", optimizer_steps=1)
+            RayRuntime(cfg, model_path="unused")
     finally:
         ray.shutdown()

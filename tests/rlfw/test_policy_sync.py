@@ -13,7 +13,7 @@ from rlfw.build import make_env_fn, prepare_base_model
 from rlfw.config import AlgoConfig, EnvConfig, LoraConfig, ModelConfig
 from rlfw.distributed.workers import EngineWorker, PolicyWorker
 from rlfw.models.processing import PolicyProcessor
-from rlfw.models.tiny_vl import TinyVLSpec
+from rlfw.config import TinyVLSpec
 from rlfw.rollout.agent_loop import LoopLimits, collect
 from rlfw.rollout.types import SamplingParams, Task
 
@@ -25,7 +25,7 @@ def _setup(tmp_path, rank: int, algo: AlgoConfig):
     make_env = make_env_fn(env_cfg)
     model = ModelConfig(name="tiny_vl", tiny=SPEC, lora=LoraConfig(rank=rank, alpha=2 * max(rank, 1)))
     path = prepare_base_model(model, make_env, tmp_path, seed=0)
-    policy = PolicyWorker(model, algo, path, optimizer_steps=4, seed=0, torch_threads=1)
+    policy = PolicyWorker(model, algo, path, total_steps=4, seed=0, torch_threads=1)
     engine = EngineWorker(model, path, torch_threads=1)
     processor = PolicyProcessor.from_pretrained(path)
     envs = [make_env() for _ in range(4)]

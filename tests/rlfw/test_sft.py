@@ -5,8 +5,8 @@ import json
 import numpy as np
 import pytest
 
-from rlfw.config import LoggerConfig, LoraConfig, MazeEnvConfig, ModelConfig, SFTConfig, SFTRunConfig, WandbConfig
-from rlfw.models.tiny_vl import TinyVLSpec
+from rlfw.config import (LoggerConfig, LoraConfig, MazeEnvConfig, ModelConfig, SFTConfig, SFTRunConfig, TinyVLSpec,
+                         WandbConfig)
 from rlfw.sft import DemoSampler, run_sft, to_segment
 
 

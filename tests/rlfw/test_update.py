@@ -1,0 +1,79 @@
+"""The update's bookkeeping: micro-batch weighting is exact, the LR schedule has the configured shape,
+and dynamic sampling keeps only groups whose rewards differ."""
+
+import math
+
+import pytest
+import torch
+
+from rlfw.config import AlgoConfig, Config, EnvConfig, LoraConfig, ModelConfig, TinyVLSpec
+from rlfw.policy import lr_lambda
+from rlfw.rollout.types import Completion
+from tests.rlfw.test_policy_sync import _setup
+
+
+@pytest.mark.parametrize("reduction", ["token-mean", "seq-mean-token-mean"])
+def test_micro_batch_split_does_not_change_the_update(tmp_path, reduction):
+    """One big micro-batch and micro-batches of 1 give the same parameters after an update."""
+    results = []
+    for micro in (64, 1):
+        algo = AlgoConfig(name="grpo", lr=1e-2, train_batch_size=2, mini_batch_size=2, micro_batch_size=micro,
+                          loss_reduction=reduction)
+        policy, _, segments, groups = _setup(tmp_path / f"m{micro}", 4, algo)
+        advantages = [1.0 if i % 3 == 0 else -0.5 for i in range(len(segments))]
+        policy.update(segments, advantages, groups, seed=7)
+        policy.update(segments, advantages, groups, seed=8)  # second step: LoRA A moves too
+        results.append(policy.trainable_state())
+    for name in results[0]:
+        torch.testing.assert_close(results[0][name], results[1][name], atol=1e-6, rtol=1e-4)
+
+
+def test_lr_schedule_shapes():
+    # warmup 2 of 10 steps, then cosine to 10% at the last step (index 9)
+    algo = AlgoConfig(name="x", lr_schedule="cosine", warmup_steps=2, min_lr_ratio=0.1)
+    f = lr_lambda(algo, total_steps=10)
+    assert [f(0), f(1)] == [0.5, 1.0]
+    assert f(2) == pytest.approx(1.0)
+    assert f(9) == pytest.approx(0.1)
+    assert f(5) == pytest.approx(0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * 3 / 7)))
+    constant = lr_lambda(AlgoConfig(name="x", warmup_steps=0), total_steps=10)
+    assert {constant(i) for i in range(10)} == {1.0}
+
+
+class _ScriptedEngine:
+    """Replies stop to every prompt: episodes on their target succeed, the rest fail at once."""
+
+    def __init__(self, processor):
+        self.stop = processor.tokenizer.encode("('stop', 'stop')", add_special_tokens=False)
+        self.eos = processor.eos_token_id
+
+    def set_seed(self, seed):
+        pass
+
+    def generate(self, prompts, params):
+        return [Completion(self.stop + [self.eos], [-0.1, -0.1], True) for _ in prompts]
+
+
+def test_dynamic_sampling_drops_constant_groups(tmp_path, monkeypatch):
+    from rlfw import train as train_mod
+    from rlfw.build import make_env_fn, prepare_base_model
+    from rlfw.models.processing import PolicyProcessor
+    from rlfw.rollout.types import Task
+
+    env = EnvConfig(name="maze", id="rlfw/Maze2D-v0", max_turns=2, kwargs={"cell_px": 8})
+    model = ModelConfig(name="tiny_vl", tiny=TinyVLSpec(num_layers=1, hidden_size=64, intermediate_size=128),
+                        lora=LoraConfig(rank=0))
+    make_env = make_env_fn(env)
+    processor = PolicyProcessor.from_pretrained(prepare_base_model(model, make_env, tmp_path, 0))
+    # every task starts off the target, so "stop" fails in every episode: all groups are constant
+    monkeypatch.setattr(train_mod, "training_tasks", lambda seed, step, r, n: [Task(seed=10**6 + i) for i in range(n)])
+    for mode, expected_rounds in [("drop", 1), ("resample", 3)]:
+        cfg = Config(algo=AlgoConfig(name="dapo", n_samples_per_prompt=2, train_batch_size=2, mini_batch_size=2,
+                                     dynamic_sampling=mode, max_sample_rounds=3), env=env, model=model)
+        episodes, rounds = train_mod.rollout_step(cfg, 1, _ScriptedEngine(processor), processor,
+                                                  [make_env() for _ in range(4)], {})
+        assert episodes == [] and rounds == expected_rounds
+    cfg.algo.dynamic_sampling = "off"
+    episodes, rounds = train_mod.rollout_step(cfg, 1, _ScriptedEngine(processor), processor,
+                                              [make_env() for _ in range(4)], {})
+    assert len(episodes) == 4 and rounds == 1 and not any(e.success for e in episodes)
