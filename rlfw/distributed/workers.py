@@ -7,6 +7,7 @@ The same classes run in-process (tests, debugging) or as Ray actors (`rlfw.distr
 
 from __future__ import annotations
 
+import logging
 import time
 
 import torch
@@ -14,6 +15,9 @@ import torch
 from rlfw.config import AlgoConfig, ModelConfig
 from rlfw.rollout.engine import EngineFailure
 from rlfw.rollout.types import Completion, Prompt, SamplingParams, Segment
+
+
+log = logging.getLogger("rlfw")
 
 
 def _threads(n: int) -> None:
@@ -122,9 +126,10 @@ class EnginePool:
         for attempt in range(self.retries + 1):
             try:
                 return self._call([(e, method, args) for e in self.engines])
-            except EngineFailure:
+            except EngineFailure as exc:
                 if attempt == self.retries:
                     raise
+                log.warning("%s; waiting for the restart, then reloading the latest weights", exc)
                 time.sleep(self.wait_s)
                 if reload and self.sync_root is not None:
                     self.recover(self.sync_root)
@@ -143,9 +148,10 @@ class EnginePool:
             try:
                 self._call([(e, "set_seed", (seed * 1000 + i,)) for i, e in enumerate(self.engines)])
                 return
-            except EngineFailure:
+            except EngineFailure as exc:
                 if attempt == self.retries:
                     raise
+                log.warning("%s; waiting for the restart, then reloading the latest weights", exc)
                 time.sleep(self.wait_s)
                 self.recover(self.sync_root)
 
