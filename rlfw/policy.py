@@ -23,7 +23,7 @@ from rlfw.algos import aggregate, entropy_from_logits, get_policy_loss, kl_estim
 from rlfw.config import AlgoConfig
 from rlfw.models.processing import PolicyProcessor, collate
 from rlfw.models.weights import save_policy_weights
-from rlfw.rollout.types import Segment
+from rlfw.rollout.types import Segment, TrainBatch
 
 
 def lr_lambda(algo: AlgoConfig, total_steps: int):
@@ -80,15 +80,14 @@ class PolicyTrainer:
         return out
 
     # -- update ---------------------------------------------------------------------------------
-    def update(self, segments: list[Segment], advantages: list[float], groups: list[int],
-               seed: int = 0) -> dict[str, float]:
-        """One training step: `update_epochs` passes of mini-batches over `segments`.
+    def update(self, batch: TrainBatch, seed: int = 0) -> dict[str, float]:
+        """One training step: `update_epochs` passes of mini-batches over the batch's segments.
 
-        `advantages[i]` is segment i's (its episode's) advantage; `groups[i]` its task group, used to
-        cut mini-batches at task boundaries (mini_batch_size tasks each). `seed` fixes the mini-batch
-        order, so a resumed run repeats a step exactly.
+        Mini-batches are cut at task-group boundaries (mini_batch_size groups each). `seed` fixes the
+        mini-batch order, so a resumed run repeats a step exactly.
         """
         a = self.algo
+        segments, advantages, groups = batch.segments, batch.advantages, batch.groups
         self.generator.manual_seed(seed)
         torch.manual_seed(seed)  # anything stochastic inside the forward pass repeats on resume
         unique_groups = sorted(set(groups))

@@ -25,7 +25,7 @@ from rlfw.evaluate import episode_metrics, evaluate
 from rlfw.models.processing import PolicyProcessor
 from rlfw.rollout.agent_loop import LoopLimits, collect
 from rlfw.rollout.engine import EngineFailure
-from rlfw.rollout.types import Episode, SamplingParams, Segment, Task
+from rlfw.rollout.types import Episode, SamplingParams, Task, TrainBatch
 
 
 def step_seed(seed: int, step: int, round_: int = 0) -> int:
@@ -74,14 +74,14 @@ def rewards_and_groups(episodes: list[Episode]) -> tuple[torch.Tensor, torch.Ten
             torch.tensor([e.group_id for e in episodes], dtype=torch.long))  # [N]
 
 
-def flatten(episodes: list[Episode], advantages: torch.Tensor) -> tuple[list[Segment], list[float], list[int]]:
+def train_batch(episodes: list[Episode], advantages: torch.Tensor) -> TrainBatch:
     """Every segment of every episode, with its episode's advantage and group."""
-    segments, adv, groups = [], [], []
+    batch = TrainBatch([], [], [])
     for e, a in zip(episodes, advantages.tolist()):
-        segments += e.segments
-        adv += [a] * len(e.segments)
-        groups += [e.group_id] * len(e.segments)
-    return segments, adv, groups
+        batch.segments += e.segments
+        batch.advantages += [a] * len(e.segments)
+        batch.groups += [e.group_id] * len(e.segments)
+    return batch
 
 
 def resume(cfg: Config, store: checkpoint.CheckpointStore, policy, logger) -> int:
@@ -161,7 +161,7 @@ def train(cfg: Config, out_dir: Path, model_path: str, policy, engine, logger) -
             adv = adv_fn(rewards, groups)
             t0 = time.perf_counter()
             engine.sleep()
-            stats = policy.update(*flatten(episodes, adv), seed=step_seed(cfg.seed, step, 99))
+            stats = policy.update(train_batch(episodes, adv), seed=step_seed(cfg.seed, step, 99))
             engine.wake_up()
             t1 = time.perf_counter()
             policy.save_weights(str(sync_root), step)

@@ -22,7 +22,7 @@ from rlfw.distributed.workers import EngineWorker, PolicyWorker
 from rlfw.models.processing import PolicyProcessor, collate
 from rlfw.config import TinyVLSpec
 from rlfw.rollout.agent_loop import LoopLimits, collect
-from rlfw.rollout.types import SamplingParams, Task
+from rlfw.rollout.types import SamplingParams, Task, TrainBatch
 
 
 def naive_rollout(model, processor: PolicyProcessor, envs, tasks, n_samples, params, max_turns):
@@ -97,7 +97,7 @@ def main() -> None:
     groups = [e.group_id for e in eps for _ in e.segments]
     adv = [1.0 if i % 2 else -1.0 for i in range(len(segments))]
     t0 = time.perf_counter()
-    policy.update(segments, adv, groups)
+    policy.update(TrainBatch(segments, adv, groups))
     t_update = time.perf_counter() - t0
 
     rows = [

@@ -14,7 +14,7 @@ import torch
 
 from rlfw.config import AlgoConfig, ModelConfig
 from rlfw.rollout.engine import EngineFailure
-from rlfw.rollout.types import Completion, Prompt, SamplingParams, Segment
+from rlfw.rollout.types import Completion, Prompt, SamplingParams, Segment, TrainBatch
 
 
 log = logging.getLogger("rlfw")
@@ -35,9 +35,8 @@ class PolicyWorker:
         model, processor = build_policy_model(model_cfg, path)
         self.trainer = PolicyTrainer(model, processor, algo, total_steps, seed=seed)
 
-    def update(self, segments: list[Segment], advantages: list[float], groups: list[int],
-               seed: int = 0) -> dict[str, float]:
-        return self.trainer.update(segments, advantages, groups, seed)
+    def update(self, batch: TrainBatch, seed: int = 0) -> dict[str, float]:
+        return self.trainer.update(batch, seed)
 
     def save_checkpoint(self, url: str, storage_options: dict) -> dict:
         """Write the trainer state to `url` (any fsspec URL); return its manifest entry."""
@@ -122,10 +121,11 @@ class EnginePool:
         parts = [p for p in parts if p[2][0]]
         return [c for chunk in self._call(parts) for c in chunk]
 
-    def _call_all(self, method: str, *args, reload: bool = True) -> list:
+    def _call_each(self, method: str, args: list[tuple], reload: bool = True) -> list:
+        """engines[i].method(*args[i]) on every engine, waiting out a restart (idempotent calls only)."""
         for attempt in range(self.retries + 1):
             try:
-                return self._call([(e, method, args) for e in self.engines])
+                return self._call([(e, method, a) for e, a in zip(self.engines, args)])
             except EngineFailure as exc:
                 if attempt == self.retries:
                     raise
@@ -137,26 +137,17 @@ class EnginePool:
 
     def load_weights(self, path: str) -> list[int]:
         self.sync_root = path
-        return self._call_all("load_weights", path, reload=False)
+        return self._call_each("load_weights", [(path,)] * len(self.engines), reload=False)
 
     def recover(self, sync_root: str) -> None:
         """After an EngineFailure: wait for the restarted engines and load the latest weights."""
         self.load_weights(sync_root)
 
     def set_seed(self, seed: int) -> None:
-        for attempt in range(self.retries + 1):
-            try:
-                self._call([(e, "set_seed", (seed * 1000 + i,)) for i, e in enumerate(self.engines)])
-                return
-            except EngineFailure as exc:
-                if attempt == self.retries:
-                    raise
-                log.warning("%s; waiting for the restart, then reloading the latest weights", exc)
-                time.sleep(self.wait_s)
-                self.recover(self.sync_root)
+        self._call_each("set_seed", [(seed * 1000 + i,) for i in range(len(self.engines))])
 
     def sleep(self) -> None:
-        self._call_all("sleep")
+        self._call_each("sleep", [()] * len(self.engines))
 
     def wake_up(self) -> None:
-        self._call_all("wake_up")
+        self._call_each("wake_up", [()] * len(self.engines))

@@ -72,3 +72,12 @@ class Episode:
     truncated_by_tokens: bool = False
     actions: list[str] = field(default_factory=list)  # decoded model outputs, one per turn
     frames: list[np.ndarray] = field(default_factory=list)  # observation images (kept when asked)
+
+
+@dataclass
+class TrainBatch:
+    """A step's training data: every segment with its episode's advantage and task group."""
+
+    segments: list[Segment]  # [N]
+    advantages: list[float]  # [N] the episode's advantage, repeated for each of its segments
+    groups: list[int]  # [N] task group (mini-batches are cut at group boundaries)

@@ -15,7 +15,7 @@ from rlfw.distributed.workers import EngineWorker, PolicyWorker
 from rlfw.models.processing import PolicyProcessor
 from rlfw.config import TinyVLSpec
 from rlfw.rollout.agent_loop import LoopLimits, collect
-from rlfw.rollout.types import SamplingParams, Task
+from rlfw.rollout.types import SamplingParams, Task, TrainBatch
 
 SPEC = TinyVLSpec(hidden_size=64, num_layers=1, intermediate_size=128, vision_depth=1)
 
@@ -59,7 +59,7 @@ def test_sync_reaches_engine_and_matches_trainer(tmp_path, rank):
 
     advantages = [1.0 if i % 2 == 0 else -1.0 for i in range(len(segments))]
     before = policy.trainable_state()
-    stats = policy.update(segments, advantages, groups)
+    stats = policy.update(TrainBatch(segments, advantages, groups))
     after = policy.trainable_state()
     assert any(not torch.equal(before[k], after[k]) for k in before)
     assert np.isfinite(stats["loss"])
@@ -83,7 +83,7 @@ def test_update_raises_logprob_of_rewarded_sample(tmp_path):
         return sum(lps[i - 1] for i, m in enumerate(seg.loss_mask) if m)
     before = policy.logprobs([seg_pos, seg_neg])
     for _ in range(3):
-        policy.update([seg_pos, seg_neg], [1.0, -1.0], [0, 1])
+        policy.update(TrainBatch([seg_pos, seg_neg], [1.0, -1.0], [0, 1]))
     after = policy.logprobs([seg_pos, seg_neg])
     assert gen_logp(after[0], seg_pos) > gen_logp(before[0], seg_pos)
     assert gen_logp(after[1], seg_neg) < gen_logp(before[1], seg_neg)

@@ -8,7 +8,7 @@ import torch
 
 from rlfw.config import AlgoConfig, Config, EnvConfig, LoraConfig, ModelConfig, TinyVLSpec
 from rlfw.policy import lr_lambda
-from rlfw.rollout.types import Completion
+from rlfw.rollout.types import Completion, TrainBatch
 from tests.rlfw.test_policy_sync import _setup
 
 
@@ -21,8 +21,9 @@ def test_micro_batch_split_does_not_change_the_update(tmp_path, reduction):
                           loss_reduction=reduction)
         policy, _, segments, groups = _setup(tmp_path / f"m{micro}", 4, algo)
         advantages = [1.0 if i % 3 == 0 else -0.5 for i in range(len(segments))]
-        policy.update(segments, advantages, groups, seed=7)
-        policy.update(segments, advantages, groups, seed=8)  # second step: LoRA A moves too
+        batch = TrainBatch(segments, advantages, groups)
+        policy.update(batch, seed=7)
+        policy.update(batch, seed=8)  # second step: LoRA A moves too
         results.append(policy.trainable_state())
     for name in results[0]:
         torch.testing.assert_close(results[0][name], results[1][name], atol=1e-6, rtol=1e-4)
