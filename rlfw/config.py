@@ -188,7 +188,7 @@ class ClusterConfig:
     gpus_per_worker: float = 0.0
     """GPUs reserved per worker bundle."""
     torch_threads: int = 1
-    """torch.set_num_threads in each worker (1 is fastest on small CPUs)."""
+    """torch.set_num_threads in each worker (colocated workers alternate, so they can share all cores)."""
     max_engine_restarts: int = 3
     """Times Ray restarts a dead rollout engine; the interrupted step's rollouts are redone."""
     placement_timeout_s: float = 60.0
