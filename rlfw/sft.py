@@ -89,8 +89,7 @@ class DemoSampler:
 
 
 def to_segment(processor: PolicyProcessor, image, task: str, feedback: str, action: str) -> Segment:
-    feats = [processor.image_features(image)]
-    prompt = processor.encode_message(turn_message(task, feedback), feats) + processor.generation_prompt_ids
+    prompt = processor.encode_message(turn_message(task, feedback), [image]) + processor.generation_prompt_ids
     answer = processor.tokenizer.encode(action, add_special_tokens=False) + [processor.eos_token_id]
     ids = prompt + answer
     return Segment(ids, [0] * len(prompt) + [1] * len(answer), [0.0] * len(ids), [image])

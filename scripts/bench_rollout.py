@@ -36,7 +36,7 @@ def naive_rollout(model, processor: PolicyProcessor, envs, tasks, n_samples, par
             text = prompt_text if not feedback else f"{prompt_text}\n{feedback}"
             feats = [processor.image_features(obs["image"])]
             ids = processor.encode_message({"role": "user", "content": [{"type": "image"}, {"type": "text", "text": text}]},
-                                           feats) + processor.generation_prompt_ids
+                                           [obs["image"]]) + processor.generation_prompt_ids
             batch = collate([ids], [feats], processor.image_token_id, processor.pad_token_id, left_pad=True)
             out = model.generate(**batch, max_new_tokens=params.max_new_tokens, do_sample=True, top_k=0,
                                  temperature=params.temperature, eos_token_id=processor.eos_token_id,

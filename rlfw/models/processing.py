@@ -28,7 +28,6 @@ class ImageFeatures:
 
     pixel_values: torch.Tensor  # [n_patches, C * temporal * patch * patch]
     grid_thw: torch.Tensor  # [3]: temporal, height, width in patches
-    n_tokens: int  # LM placeholder tokens this image expands to
 
 
 class PolicyProcessor:
@@ -68,16 +67,21 @@ class PolicyProcessor:
     def _encode_text(self, text: str) -> list[int]:
         return self.tokenizer.encode(text, add_special_tokens=False)
 
-    def image_features(self, image: np.ndarray) -> ImageFeatures:
-        if self.crop_px:
-            c = self.crop_px
-            image = image[c:-c, c:-c]
-        out = self.image_processor(images=[image], return_tensors="pt")
-        grid = out["image_grid_thw"][0]
-        merge = self.image_processor.merge_size
-        return ImageFeatures(out["pixel_values"], grid, int(grid.prod()) // (merge * merge))
+    def _crop(self, image: np.ndarray) -> np.ndarray:
+        c = self.crop_px
+        return image[c:-c, c:-c] if c else image
 
-    def encode_message(self, message: dict, images: list[ImageFeatures] | None = None) -> list[int]:
+    def n_image_tokens(self, image: np.ndarray) -> int:
+        """LM placeholder tokens for `image`, from its size alone (no pixel processing)."""
+        h, w = self._crop(image).shape[:2]
+        merge = self.image_processor.merge_size
+        return self.image_processor.get_number_of_image_patches(h, w) // (merge * merge)
+
+    def image_features(self, image: np.ndarray) -> ImageFeatures:
+        out = self.image_processor(images=[self._crop(image)], return_tensors="pt")
+        return ImageFeatures(out["pixel_values"], out["image_grid_thw"][0])
+
+    def encode_message(self, message: dict, images: list[np.ndarray] | None = None) -> list[int]:
         """Ids of one chat message; its image placeholders expand to each image's token count."""
         text = self.tokenizer.apply_chat_template([message], tokenize=False, add_generation_prompt=False)
         ids = self._encode_text(text)
@@ -86,7 +90,7 @@ class PolicyProcessor:
         out, it = [], iter(images)
         for tok in ids:
             if tok == self.image_token_id:
-                out.extend([tok] * next(it).n_tokens)
+                out.extend([tok] * self.n_image_tokens(next(it)))
             else:
                 out.append(tok)
         return out

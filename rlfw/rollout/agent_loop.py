@@ -49,15 +49,15 @@ class _Running:
 
 def _turn_prompt(run: _Running, processor: PolicyProcessor, history: str) -> tuple[Prompt, list[int]]:
     """The prompt for this turn, and (history=full) the ids it adds to the conversation."""
-    features = [processor.image_features(run.image)]
+    images = [run.image]
     if history == "none":
-        ids = processor.encode_message(turn_message(run.task_text, run.feedback), features)
+        ids = processor.encode_message(turn_message(run.task_text, run.feedback), images)
         return Prompt(ids + processor.generation_prompt_ids, [run.image]), []
     conv = run.conversation
     new = ([processor.eos_token_id] if run.open_turn else []) + (processor.turn_end_ids if conv else [])
     text = run.feedback or run.task_text
     msg = {"role": "user", "content": [{"type": "image"}, {"type": "text", "text": text}]}
-    new += processor.encode_message(msg, features) + processor.generation_prompt_ids
+    new += processor.encode_message(msg, images) + processor.generation_prompt_ids
     previous = conv.token_ids if conv else []
     return Prompt(previous + new, (conv.images if conv else []) + [run.image]), new
 

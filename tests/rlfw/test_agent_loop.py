@@ -53,9 +53,8 @@ def test_episode_token_limit_truncates(setup):
     engine, processor, make_env = setup
     envs = [make_env() for _ in range(2)]
     obs, _ = envs[0].reset(seed=10**6)
-    feats = [processor.image_features(obs["image"])]
     first = processor.encode_message({"role": "user", "content": [{"type": "image"}, {"type": "text", "text": obs["text"]}]},
-                                     feats) + processor.generation_prompt_ids
+                                     [obs["image"]]) + processor.generation_prompt_ids
     limit = len(first) + 4 + 10  # room for turn 1 only: turn 2 alone adds 81 image tokens
     limits = LoopLimits(max_turns=3, max_new_tokens=4, max_episode_tokens=limit, history="full")
     episodes = collect(engine, processor, envs, [Task(seed=10**6)], 2, SamplingParams(max_new_tokens=4), limits)
