@@ -71,6 +71,10 @@ class AlgoConfig:
     """Sequences per forward/backward pass (gradient accumulation inside a mini-batch)."""
     update_epochs: int = 1
     """Passes over each step's data."""
+    old_logprobs: str = "trainer"
+    """Where the PPO ratio's old log-probs come from when a step makes more than one optimizer step:
+    trainer (an extra forward pass before updating) or rollout (the engine's sampling log-probs, free;
+    they must match the trainer's, which `policy/rollout_logp_abs_diff` shows)."""
     lr: float = 1e-4
     """Peak learning rate of AdamW."""
     lr_schedule: str = "constant"
@@ -364,6 +368,7 @@ def validate(cfg: Config) -> None:
     errs += _choice(a.loss_reduction, list(LOSS_AGG_MODES), "algo.loss_reduction")
     errs += _choice(a.kl_estimator_type, list(KL_KINDS), "algo.kl_estimator_type")
     errs += _choice(a.dynamic_sampling, ["off", "drop", "resample"], "algo.dynamic_sampling")
+    errs += _choice(a.old_logprobs, ["trainer", "rollout"], "algo.old_logprobs")
     errs += _choice(a.lr_schedule, ["constant", "cosine"], "algo.lr_schedule")
     errs += _choice(e.history, ["none", "full"], "env.history")
     errs += _choice(c.engine_backend, ["transformers", "vllm"], "cluster.engine_backend")

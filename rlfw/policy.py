@@ -11,6 +11,7 @@ the whole mini-batch. Log-probs are taken at the sampling temperature, like the 
 from __future__ import annotations
 
 import copy
+import hashlib
 import math
 import os
 from contextlib import nullcontext
@@ -59,6 +60,7 @@ class PolicyTrainer:
             self.ref_model = copy.deepcopy(model).eval().requires_grad_(False)
         self.generator = torch.Generator().manual_seed(seed)
         self.optimizer_steps = 0
+        self.dedup = True  # one forward pass per distinct segment (see _duplicates); off only to measure it
 
     # -- forward --------------------------------------------------------------------------------
     def _forward(self, segments: list[Segment], model: torch.nn.Module | None = None, want_entropy: bool = False):
@@ -67,17 +69,34 @@ class PolicyTrainer:
     @torch.no_grad()
     def logprobs(self, segments: list[Segment], reference: bool = False) -> list[torch.Tensor]:
         """Log-probs [T-1] per segment under the current (or reference) policy, no grad."""
-        out = []
+        out: list[torch.Tensor | None] = [None] * len(segments)
         self.model.eval()
-        for chunk in _chunks(list(range(len(segments))), self.algo.micro_batch_size):
-            segs = [segments[i] for i in chunk]
+        for chunk in _chunks(self._duplicates(list(range(len(segments))), segments), self.algo.micro_batch_size):
+            segs = [segments[group[0]] for group in chunk]
             if reference and self.is_peft:
                 with self.model.disable_adapter():
                     logp, _, _ = self._forward(segs)
             else:
                 logp, _, _ = self._forward(segs, self.ref_model if reference else None)
-            out.extend(logp[i, : len(s.token_ids) - 1].clone() for i, s in enumerate(segs))
+            for row, (group, s) in enumerate(zip(chunk, segs)):
+                for i in group:
+                    out[i] = logp[row, : len(s.token_ids) - 1].clone()
         return out
+
+    def _duplicates(self, idx: list[int], segments: list[Segment]) -> list[list[int]]:
+        """`idx` grouped by identical segments (same tokens, loss mask and images), first-seen order.
+
+        A memoryless policy revisits states: within a step many turns repeat the same prompt and
+        reply (in our maze runs 500+ turns held about 200 distinct ones), so one forward pass per
+        distinct segment serves all its copies. Copies keep their own advantages, so the loss is
+        exactly the one over all segments.
+        """
+        if not self.dedup:
+            return [[i] for i in idx]
+        groups: dict[tuple, list[int]] = {}
+        for i in idx:
+            groups.setdefault(segment_key(segments[i]), []).append(i)
+        return list(groups.values())
 
     # -- update ---------------------------------------------------------------------------------
     def update(self, batch: TrainBatch, seed: int = 0) -> dict[str, float]:
@@ -94,7 +113,12 @@ class PolicyTrainer:
         n_minis = max(1, len(unique_groups) // a.mini_batch_size)
         # One optimizer step on fresh samples is exactly on-policy: the old log-probs are the current
         # ones (ratio 1, gradient = policy gradient), so skip the extra forward pass.
-        old = None if a.update_epochs * n_minis == 1 else self.logprobs(segments)
+        if a.update_epochs * n_minis == 1:
+            old = None
+        elif a.old_logprobs == "rollout":
+            old = [torch.tensor(s.logprobs[1:], dtype=torch.float32) for s in segments]
+        else:
+            old = self.logprobs(segments)
         ref = self.logprobs(segments, reference=True) if a.use_kl_loss else None
         totals: dict[str, list[float]] = {}
         self.model.train()
@@ -117,9 +141,12 @@ class PolicyTrainer:
         per_token_mode = a.loss_reduction == "token-mean"
         self.optimizer.zero_grad(set_to_none=True)
         acc: dict[str, float] = {}
-        for chunk in _chunks(idx, a.micro_batch_size):
-            segs = [segments[i] for i in chunk]
-            logp, mask, entropy = self._forward(segs, want_entropy=True)
+        for unique in _chunks(self._duplicates(idx, segments), a.micro_batch_size):
+            # one forward row per distinct segment, expanded to one row per copy for the loss
+            logp, mask, entropy = self._forward([segments[group[0]] for group in unique], want_entropy=True)
+            rows = torch.tensor([row for row, group in enumerate(unique) for _ in group])
+            logp, mask, entropy = logp[rows], mask[rows], entropy[rows]
+            chunk = [i for group in unique for i in group]
             old_logp = logp.detach() if old is None else _pad([old[i] for i in chunk], logp.shape[1])
             adv = torch.tensor([advantages[i] for i in chunk], dtype=torch.float32)
             loss, stats = self.loss_fn(logp, old_logp, adv, mask, clip_low=a.eps_clip_low,
@@ -217,6 +244,12 @@ def sequence_logprobs(model: torch.nn.Module, processor: PolicyProcessor, segmen
         mask[i, : len(s.token_ids) - 1] = torch.tensor(s.loss_mask[1:], dtype=torch.float32)
     entropy = entropy_from_logits(logits) if want_entropy else None
     return logp, mask, entropy
+
+
+def segment_key(s: Segment) -> tuple:
+    """Identity of a training sequence: its tokens, loss mask and image bytes."""
+    images = tuple(hashlib.sha1(np.ascontiguousarray(im).tobytes()).digest() for im in s.images)
+    return tuple(s.token_ids), tuple(s.loss_mask), images
 
 
 def _chunks(items: list, size: int) -> list[list]:

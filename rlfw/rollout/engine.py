@@ -8,9 +8,11 @@ vLLM engine (the cluster backend, an optional extra; not built yet) is to implem
 
 from __future__ import annotations
 
+import hashlib
 from pathlib import Path
 from typing import Protocol
 
+import numpy as np
 import torch
 
 from rlfw.models.processing import PolicyProcessor, collate
@@ -42,13 +44,25 @@ class InferenceEngine(Protocol):
 
 
 class TransformersEngine:
-    """Batched `model.generate` over left-padded prompts, with the policy's log-probs."""
+    """Batched prefill and decode over left-padded prompts, with the policy's log-probs.
+
+    Identical prompts (same tokens and images: the members of a GRPO group at their first turn, and
+    a memoryless policy's revisited states) are prefilled once; their KV cache rows are then copied,
+    and each copy samples its own reply. Decoding is a plain loop over the model with its KV cache,
+    a few steps per turn (each action is one token, then `<|im_end|>`).
+    """
 
     def __init__(self, model: torch.nn.Module, processor: PolicyProcessor, max_batch_size: int = 64):
         self.model = model.eval()
         self.processor = processor
         self.max_batch_size = max_batch_size
         self.weights_version = 0
+        self.stats = {"prompts": 0, "prefilled": 0}  # the prefix sharing at work, for benchmarks
+        # A LoRA adapter is merged into the base weights for inference (no extra matmuls per layer);
+        # loading new weights unmerges the old adapter first.
+        self.lora = hasattr(model, "peft_config")
+        if self.lora:
+            self.model.merge_adapter()
 
     @torch.no_grad()
     def generate(self, prompts: list[Prompt], params: SamplingParams) -> list[Completion]:
@@ -59,30 +73,76 @@ class TransformersEngine:
 
     def _generate_batch(self, prompts: list[Prompt], params: SamplingParams) -> list[Completion]:
         p = self.processor
-        feats = [[p.image_features(img) for img in pr.images] for pr in prompts]
-        batch = collate([pr.token_ids for pr in prompts], feats, p.image_token_id, p.pad_token_id, left_pad=True)
-        sampling = {"do_sample": False} if params.greedy else {
-            "do_sample": True, "temperature": params.temperature, "top_p": params.top_p, "top_k": 0}
-        gen = self.model.generate(
-            **batch, max_new_tokens=params.max_new_tokens, eos_token_id=p.eos_token_id, pad_token_id=p.pad_token_id,
-            suppress_tokens=p.banned_token_ids, output_logits=True, return_dict_in_generate=True, **sampling,
-        )
-        new = gen.sequences[:, batch["input_ids"].shape[1]:]  # [B, G]
-        # log-probs of the model's own distribution (raw logits / T), which is what the trainer computes
-        # (rlfw.policy.sequence_logprobs at algo.temperature); banned structural tokens are never sampled
+        # one prefill row per distinct prompt; `rows[i]` is prompt i's row
+        first: dict[tuple, int] = {}  # prompt key -> index of its first occurrence
+        keys = [prompt_key(pr) for pr in prompts]
+        for i, key in enumerate(keys):
+            first.setdefault(key, i)
+        row_of = {key: row for row, key in enumerate(first)}
+        rows = [row_of[key] for key in keys]
+        unique = [prompts[i] for i in first.values()]
+        self.stats["prompts"] += len(prompts)
+        self.stats["prefilled"] += len(unique)
+        feats = [[p.image_features(img) for img in pr.images] for pr in unique]
+        batch = collate([pr.token_ids for pr in unique], feats, p.image_token_id, p.pad_token_id, left_pad=True)
+        out = self.model(**batch, use_cache=True)
+        cache = out.cache
+        index = torch.tensor(rows)
+        cache.reorder_cache(index)  # copy each distinct prompt's KV rows to all of its samples
+        logits = out.logits[index, -1].float()  # [B, V]
+        attention = batch["attention_mask"][index]  # [B, L]
+        # decode positions continue the prompt's multimodal RoPE positions, as in a full forward pass
+        deltas = self._inner().rope_deltas[index]  # [B, 1]
+        next_pos = attention.sum(-1, keepdim=True) + deltas  # [B, 1]
+
         temperature = 1.0 if params.greedy else params.temperature
-        logits = torch.stack(gen.logits, dim=1).float() / temperature  # [B, G, V]
-        logp = torch.log_softmax(logits, -1).gather(-1, new.unsqueeze(-1)).squeeze(-1)  # [B, G]
+        banned = torch.tensor(p.banned_token_ids, dtype=torch.long)
+        n = len(prompts)
+        ids = torch.full((n, params.max_new_tokens), p.pad_token_id, dtype=torch.long)
+        logps = torch.zeros(n, params.max_new_tokens)
+        done = torch.zeros(n, dtype=torch.bool)
+        for t in range(params.max_new_tokens):
+            # log-probs of the model's own distribution (raw logits / T), which is what the trainer
+            # computes (rlfw.policy.sequence_logprobs at algo.temperature); banned tokens are never sampled
+            logp_all = torch.log_softmax(logits / temperature, -1)
+            token = _sample(logits / temperature, banned, params)
+            token = torch.where(done, torch.full_like(token, p.pad_token_id), token)
+            ids[:, t] = token
+            logps[:, t] = logp_all.gather(-1, token[:, None]).squeeze(-1)
+            done |= token == p.eos_token_id
+            if bool(done.all()) or t + 1 == params.max_new_tokens:
+                break
+            attention = torch.cat([attention, torch.ones(n, 1, dtype=attention.dtype)], dim=1)
+            pos = (next_pos + t).unsqueeze(0).expand(3, -1, -1)  # [3, B, 1]
+            out = self.model(input_ids=token[:, None], attention_mask=attention, position_ids=pos,
+                             cache=cache, use_cache=True)
+            cache = out.cache
+            logits = out.logits[:, -1].float()
+
         completions = []
-        for ids, lps in zip(new.tolist(), logp.tolist()):
-            n = ids.index(p.eos_token_id) + 1 if p.eos_token_id in ids else len(ids)
-            completions.append(Completion(ids[:n], lps[:n], finished=n <= len(ids) and ids[n - 1] == p.eos_token_id))
+        for row_ids, row_lps in zip(ids.tolist(), logps.tolist()):
+            k = row_ids.index(p.eos_token_id) + 1 if p.eos_token_id in row_ids else len(row_ids)
+            k = min(k, t + 1)
+            completions.append(Completion(row_ids[:k], row_lps[:k], finished=row_ids[k - 1] == p.eos_token_id))
         return completions
+
+    def _inner(self):
+        """The Qwen-VL backbone that holds `rope_deltas` (under PEFT's wrappers when LoRA is on)."""
+        m = self.model
+        while not hasattr(m, "rope_deltas"):
+            m = m.get_base_model() if hasattr(m, "get_base_model") else m.model
+        return m
 
     def load_weights(self, path: str) -> int:
         from rlfw.models.weights import load_policy_weights
 
-        self.weights_version = load_policy_weights(self.model, Path(path))
+        if self.lora:
+            self.model.unmerge_adapter()
+        try:
+            self.weights_version = load_policy_weights(self.model, Path(path))
+        finally:
+            if self.lora:
+                self.model.merge_adapter()
         return self.weights_version
 
     def sleep(self) -> None:
@@ -90,3 +150,22 @@ class TransformersEngine:
 
     def wake_up(self) -> None:
         """Counterpart of sleep."""
+
+
+def prompt_key(prompt: Prompt) -> tuple:
+    """Identity of a prompt: its tokens and image bytes."""
+    return tuple(prompt.token_ids), tuple(hashlib.sha1(np.ascontiguousarray(im).tobytes()).digest()
+                                          for im in prompt.images)
+
+
+def _sample(logits: torch.Tensor, banned: torch.Tensor, params: SamplingParams) -> torch.Tensor:
+    """Greedy or (nucleus) sampling from temperature-scaled logits [B, V], never a banned token."""
+    logits = logits.index_fill(-1, banned, float("-inf"))
+    if params.greedy:
+        return logits.argmax(-1)
+    probs = torch.softmax(logits, -1)
+    if params.top_p < 1.0:
+        sorted_p, order = probs.sort(-1, descending=True)
+        keep = sorted_p.cumsum(-1) - sorted_p < params.top_p  # the smallest set reaching top_p
+        probs = torch.zeros_like(probs).scatter(-1, order, sorted_p * keep)
+    return torch.multinomial(probs, 1).squeeze(-1)

@@ -29,6 +29,33 @@ def test_micro_batch_split_does_not_change_the_update(tmp_path, reduction):
         torch.testing.assert_close(results[0][name], results[1][name], atol=1e-6, rtol=1e-4)
 
 
+@pytest.mark.parametrize("old_logprobs", ["trainer", "rollout"])
+def test_duplicate_segments_share_a_forward_pass_without_changing_the_update(tmp_path, old_logprobs):
+    """Copies of a segment with different advantages (signs included) give the same update whether
+    each copy gets its own forward pass or all copies share one; two mini-batches exercise the
+    PPO ratio with old log-probs from the trainer or from the rollout."""
+    results, stats = [], []
+    for dedup in (True, False):
+        algo = AlgoConfig(name="grpo", lr=1e-2, train_batch_size=2, mini_batch_size=1, micro_batch_size=3,
+                          old_logprobs=old_logprobs)
+        policy, _, segments, groups = _setup(tmp_path / f"d{dedup}", 4, algo)
+        # every segment three times in its group, with advantages of both signs
+        segments3 = [s for s in segments for _ in range(3)]
+        groups3 = [g for g in groups for _ in range(3)]
+        advantages = [(-1.0) ** i * (1 + i % 5) for i in range(len(segments3))]
+        policy.trainer.dedup = dedup
+        forwards = []
+        real_forward = policy.trainer._forward
+        policy.trainer._forward = lambda segs, *a, **k: forwards.append(len(segs)) or real_forward(segs, *a, **k)
+        stats.append(policy.update(TrainBatch(segments3, advantages, groups3), seed=3))
+        results.append(policy.trainable_state())
+        assert sum(forwards) == (1 if dedup else 3) * len(segments) * (2 if old_logprobs == "trainer" else 1)
+    for name in results[0]:
+        torch.testing.assert_close(results[0][name], results[1][name], atol=1e-6, rtol=1e-4)
+    for key in ("loss", "entropy", "grad_norm"):
+        assert stats[0][key] == pytest.approx(stats[1][key], rel=1e-4, abs=1e-7)
+
+
 def test_lr_schedule_shapes():
     # warmup 2 of 10 steps, then cosine to 10% at the last step (index 9)
     algo = AlgoConfig(name="x", lr_schedule="cosine", warmup_steps=2, min_lr_ratio=0.1)
