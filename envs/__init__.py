@@ -4,6 +4,8 @@ Importing `envs` registers the built-ins under the ``rlfw/`` namespace:
 
 - ``rlfw/Maze2D-v0`` (`envs.maze2d.Maze2DEnv`): VisGym's ``maze_2d``, easy 9x9 or hard 11x11.
 - ``rlfw/GridGoal-v0`` (`envs.grid_goal.GridGoalEnv`): walk onto a green square in an open grid.
+- ``rlfw/MazeStep-v0`` (`envs.maze_step.MazeStepEnv`): one step of a maze from a random open square;
+  reward 1.0 for a move on a shortest path (single-turn; used by ``scripts/bench_trl.py``).
 
 ``python -m envs [--module mypkg.myenvs]`` lists the registered ``rlfw/`` environments.
 
@@ -26,10 +28,12 @@ The built-ins also expose ``best_action()``, ``action_strings`` (the canonical a
 from envs.actions import ACTION_FORMATS, ACTION_STRINGS, parse_action
 from envs.grid_goal import GridGoalEnv
 from envs.maze2d import Maze2DEnv
+from envs.maze_step import MazeStepEnv
 from envs.registry import NAMESPACE, import_env_module, list_envs, register
 
 register("rlfw/Maze2D-v0", "envs.maze2d:Maze2DEnv")
 register("rlfw/GridGoal-v0", "envs.grid_goal:GridGoalEnv")
+register("rlfw/MazeStep-v0", "envs.maze_step:MazeStepEnv")
 
 __all__ = [
     "ACTION_FORMATS",
@@ -37,6 +41,7 @@ __all__ = [
     "NAMESPACE",
     "GridGoalEnv",
     "Maze2DEnv",
+    "MazeStepEnv",
     "import_env_module",
     "list_envs",
     "parse_action",

@@ -75,6 +75,13 @@ class AlgoConfig:
     """Where the PPO ratio's old log-probs come from when a step makes more than one optimizer step:
     trainer (an extra forward pass before updating) or rollout (the engine's sampling log-probs, free;
     they must match the trainer's, which `policy/rollout_logp_abs_diff` shows)."""
+    step_advantage_weight: float = 0.0
+    """Weight of GiGPO's step-level advantage added to each turn's episode-level one (0 = off; GiGPO
+    uses 1). Turns of a group that saw the same observation are compared by their discounted
+    return-to-go (`rlfw.algos.step_advantages`)."""
+    step_gamma: float = 0.95
+    """Discount of the return-to-go used by the step-level advantage: a turn t steps before an
+    outcome reward R gets gamma**t * R, so reaching the goal sooner is worth more."""
     lr: float = 1e-4
     """Peak learning rate of AdamW."""
     lr_schedule: str = "constant"
@@ -300,6 +307,9 @@ class SFTConfig:
     """Held-out mazes (our generator, seeds >= envs.eval_sets.HELD_OUT_SEED_START) per evaluation."""
     stop_at_pass_at_1: Optional[float] = None
     """Stop once held-out pass@1 reaches this (e.g. 0.45 for a GRPO starting point); None runs all steps."""
+    max_minutes: Optional[float] = None
+    """Stop after this much wall time (a last evaluation and the checkpoint follow); None runs all steps.
+    For comparisons at equal time, e.g. continuing SFT beside a GRPO run of the same length."""
     torch_threads: int = 2
     """torch.set_num_threads for the single SFT process."""
     output_dir: str = "${hydra:runtime.output_dir}"
@@ -369,6 +379,10 @@ def validate(cfg: Config) -> None:
     errs += _choice(a.kl_estimator_type, list(KL_KINDS), "algo.kl_estimator_type")
     errs += _choice(a.dynamic_sampling, ["off", "drop", "resample"], "algo.dynamic_sampling")
     errs += _choice(a.old_logprobs, ["trainer", "rollout"], "algo.old_logprobs")
+    if a.step_advantage_weight < 0:
+        errs.append(f"algo.step_advantage_weight={a.step_advantage_weight} must be >= 0 (0 turns it off)")
+    if not 0 < a.step_gamma <= 1:
+        errs.append(f"algo.step_gamma={a.step_gamma} must be in (0, 1]")
     errs += _choice(a.lr_schedule, ["constant", "cosine"], "algo.lr_schedule")
     errs += _choice(e.history, ["none", "full"], "env.history")
     errs += _choice(c.engine_backend, ["transformers", "vllm"], "cluster.engine_backend")
@@ -450,5 +464,7 @@ def validate_sft(cfg: SFTRunConfig) -> None:
         errs.append(f"sft.decay_fraction={s.decay_fraction} must be in [0, 1]")
     if s.stop_at_pass_at_1 is not None and not 0 < s.stop_at_pass_at_1 <= 1:
         errs.append(f"sft.stop_at_pass_at_1={s.stop_at_pass_at_1} must be in (0, 1]")
+    if s.max_minutes is not None and s.max_minutes <= 0:
+        errs.append(f"sft.max_minutes={s.max_minutes} must be > 0 (or null for no time limit)")
     if errs:
         raise ConfigError("invalid config:\n  - " + "\n  - ".join(errs))

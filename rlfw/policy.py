@@ -11,7 +11,6 @@ the whole mini-batch. Log-probs are taken at the sampling temperature, like the 
 from __future__ import annotations
 
 import copy
-import hashlib
 import math
 import os
 from contextlib import nullcontext
@@ -24,7 +23,7 @@ from rlfw.algos import aggregate, entropy_from_logits, get_policy_loss, kl_estim
 from rlfw.config import AlgoConfig
 from rlfw.models.processing import PolicyProcessor, collate
 from rlfw.models.weights import save_policy_weights
-from rlfw.rollout.types import Segment, TrainBatch
+from rlfw.rollout.types import Segment, TrainBatch, segment_key
 
 
 def lr_lambda(algo: AlgoConfig, total_steps: int):
@@ -244,12 +243,6 @@ def sequence_logprobs(model: torch.nn.Module, processor: PolicyProcessor, segmen
         mask[i, : len(s.token_ids) - 1] = torch.tensor(s.loss_mask[1:], dtype=torch.float32)
     entropy = entropy_from_logits(logits) if want_entropy else None
     return logp, mask, entropy
-
-
-def segment_key(s: Segment) -> tuple:
-    """Identity of a training sequence: its tokens, loss mask and image bytes."""
-    images = tuple(hashlib.sha1(np.ascontiguousarray(im).tobytes()).digest() for im in s.images)
-    return tuple(s.token_ids), tuple(s.loss_mask), images
 
 
 def _chunks(items: list, size: int) -> list[list]:

@@ -190,10 +190,11 @@ def run_sft(cfg: SFTRunConfig) -> dict:
                               "sft/grad_norm": float(grad_norm), "sft/lr": scheduler.get_last_lr()[0],
                               "sft/states_per_s": n_states / (now - t_log)})
             t_log, n_states = now, 0
-        if s.eval_interval and (step % s.eval_interval == 0 or step == s.steps):
+        out_of_time = s.max_minutes is not None and time.perf_counter() - started >= 60 * s.max_minutes
+        if out_of_time or (s.eval_interval and (step % s.eval_interval == 0 or step == s.steps)):
             metrics = run_eval(step)
             done = s.stop_at_pass_at_1 is not None and metrics["eval/heldout/pass_at_1"] >= s.stop_at_pass_at_1
-            if done or step == s.steps:
+            if done or out_of_time or step == s.steps:
                 break
         logger.progress(step)
     final = out_dir / "checkpoint"

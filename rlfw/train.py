@@ -18,14 +18,14 @@ import numpy as np
 import torch
 
 from rlfw import checkpoint
-from rlfw.algos import get_adv_est, nonconstant_groups
+from rlfw.algos import get_adv_est, nonconstant_groups, step_advantages
 from rlfw.build import eval_tasks, make_env_fn
-from rlfw.config import Config
+from rlfw.config import AlgoConfig, Config
 from rlfw.evaluate import episode_metrics, evaluate
 from rlfw.models.processing import PolicyProcessor
 from rlfw.rollout.agent_loop import LoopLimits, collect
 from rlfw.rollout.engine import EngineFailure
-from rlfw.rollout.types import Episode, SamplingParams, Task, TrainBatch
+from rlfw.rollout.types import Episode, Prompt, SamplingParams, Task, TrainBatch, prompt_key
 
 
 def step_seed(seed: int, step: int, round_: int = 0) -> int:
@@ -74,14 +74,32 @@ def rewards_and_groups(episodes: list[Episode]) -> tuple[torch.Tensor, torch.Ten
             torch.tensor([e.group_id for e in episodes], dtype=torch.long))  # [N]
 
 
-def train_batch(episodes: list[Episode], advantages: torch.Tensor) -> TrainBatch:
-    """Every segment of every episode, with its episode's advantage and group."""
+def train_batch(episodes: list[Episode], advantages: torch.Tensor, algo: AlgoConfig) -> TrainBatch:
+    """Every segment of every episode, with its advantage and group: the episode's advantage, plus
+    `algo.step_advantage_weight` times the GiGPO step-level advantage of the turn when it is on."""
     batch = TrainBatch([], [], [])
     for e, a in zip(episodes, advantages.tolist()):
         batch.segments += e.segments
         batch.advantages += [a] * len(e.segments)
         batch.groups += [e.group_id] * len(e.segments)
+    if algo.step_advantage_weight > 0:
+        step = step_advantages(*turn_returns(episodes, algo.step_gamma))
+        batch.advantages = [a + algo.step_advantage_weight * s for a, s in zip(batch.advantages, step.tolist())]
     return batch
+
+
+def turn_returns(episodes: list[Episode], gamma: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """Each turn's discounted return-to-go [M] (the outcome reward, gamma**k for a turn k turns before
+    the end) and its anchor id [M]: turns of one group with the same observation share an anchor."""
+    anchors: dict[tuple, int] = {}
+    returns, ids = [], []
+    for e in episodes:
+        for t, seg in enumerate(e.segments):
+            returns.append(e.reward * gamma ** (len(e.segments) - 1 - t))
+            prompt = seg.token_ids[: seg.loss_mask.index(1)] if 1 in seg.loss_mask else seg.token_ids
+            key = (e.group_id, prompt_key(Prompt(prompt, seg.images)))
+            ids.append(anchors.setdefault(key, len(anchors)))
+    return torch.tensor(returns, dtype=torch.float32), torch.tensor(ids, dtype=torch.long)
 
 
 def resume(cfg: Config, store: checkpoint.CheckpointStore, policy, logger) -> int:
@@ -161,7 +179,7 @@ def train(cfg: Config, out_dir: Path, model_path: str, policy, engine, logger) -
             adv = adv_fn(rewards, groups)
             t0 = time.perf_counter()
             engine.sleep()
-            stats = policy.update(train_batch(episodes, adv), seed=step_seed(cfg.seed, step, 99))
+            stats = policy.update(train_batch(episodes, adv, cfg.algo), seed=step_seed(cfg.seed, step, 99))
             engine.wake_up()
             t1 = time.perf_counter()
             policy.save_weights(str(sync_root), step)
@@ -177,6 +195,8 @@ def train(cfg: Config, out_dir: Path, model_path: str, policy, engine, logger) -
                             "timing/train": t1 - t0, "timing/sync": time.perf_counter() - t1})
         metrics.update({f"timing/{k}": v for k, v in timers.items()})
         metrics["timing/step"] = time.perf_counter() - t_step
+        metrics["memory/trainer_peak_rss_mb"] = policy.peak_rss_mb()
+        metrics["memory/engine_peak_rss_mb"] = max(engine.peak_rss_mb())
         logger.log(step, metrics)
         if t.eval_interval and (step % t.eval_interval == 0 or step == t.total_steps):
             run_eval(step)

@@ -11,7 +11,7 @@ See ``registry`` for adding a variant.
 """
 
 from rlfw.algos import advantages, losses  # noqa: F401  (registers the built-ins)
-from rlfw.algos.advantages import group_stats
+from rlfw.algos.advantages import group_stats, step_advantages
 from rlfw.algos.kl import KL_KINDS, kl_estimate
 from rlfw.algos.losses import LOSS_AGG_MODES, aggregate, entropy_from_logits, masked_mean
 from rlfw.algos.registry import (
@@ -36,6 +36,7 @@ __all__ = [
     "get_adv_est",
     "get_policy_loss",
     "group_stats",
+    "step_advantages",
     "kl_estimate",
     "list_adv_ests",
     "list_policy_losses",

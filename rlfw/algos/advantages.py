@@ -18,6 +18,14 @@ and the trainer broadcasts the result over the episode's generated tokens.
   al. 2024, "Back to Basics"). Equals n / (n - 1) * (r_i - group mean). Needs >= 2 episodes per
   group. The paper also describes a KL-shaped reward; here the reward is used as given.
 
+Step-level credit for multi-turn episodes (``step_advantages``): GiGPO's anchor-state grouping
+(Feng et al. 2025, "Group-in-Group Policy Optimization for LLM Agent Training"). Turns of one
+group's episodes that saw the same observation form an anchor group; each turn's discounted
+return-to-go is normalised within its anchor group, as ``grpo`` normalises episode rewards within
+a task group. The trainer adds ``step_advantage_weight`` times it to the episode-level advantage,
+so at a junction several samples crossed, the move that reached the goal sooner is pushed up over
+the others even when all of those episodes failed or all succeeded.
+
 ``eps`` is accepted by all estimators so they share one signature; only ``grpo`` uses it.
 Group statistics are computed with ``index_add_`` (no Python loop over groups).
 """
@@ -95,3 +103,14 @@ def rloo(rewards: Tensor, group_ids: Tensor, *, eps: float = 1e-6) -> Tensor:
         )
     n = stats.count
     return n / (n - 1) * (_as_float(rewards) - stats.mean)
+
+
+def step_advantages(returns: Tensor, anchor_ids: Tensor, *, eps: float = 1e-6) -> Tensor:
+    """GiGPO step-level advantage: (return-to-go - anchor mean) / (anchor std + eps).
+
+    returns: [M] float, one per turn (the discounted return from that turn on); anchor_ids: [M]
+    long, equal for turns of the same task group that saw the same observation. A turn whose
+    observation no other turn of its group saw gets 0 (it has no baseline), as does an anchor
+    group whose returns are all equal.
+    """
+    return grpo(returns, anchor_ids, eps=eps)

@@ -24,6 +24,13 @@ def _threads(n: int) -> None:
     torch.set_num_threads(n)
 
 
+def peak_rss_mb() -> float:
+    """This process's peak resident memory in MiB (Linux reports ru_maxrss in KiB)."""
+    import resource
+
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
 class PolicyWorker:
     def __init__(self, model_cfg: ModelConfig, algo: AlgoConfig, path: str, total_steps: int,
                  seed: int, torch_threads: int):
@@ -68,6 +75,9 @@ class PolicyWorker:
     def logprobs(self, segments: list[Segment]) -> list[list[float]]:
         return [lp.tolist() for lp in self.trainer.logprobs(segments)]
 
+    def peak_rss_mb(self) -> float:
+        return peak_rss_mb()
+
     def trainable_state(self) -> dict[str, torch.Tensor]:
         return {n: p.detach().clone() for n, p in self.trainer.model.named_parameters() if p.requires_grad}
 
@@ -92,6 +102,9 @@ class EngineWorker:
     def set_seed(self, seed: int) -> None:
         """Seed the sampler; a step's rollouts are then a function of (seed, weights)."""
         torch.manual_seed(seed)
+
+    def peak_rss_mb(self) -> float:
+        return peak_rss_mb()
 
     def sleep(self) -> None:
         self.engine.sleep()
@@ -145,6 +158,9 @@ class EnginePool:
 
     def set_seed(self, seed: int) -> None:
         self._call_each("set_seed", [(seed * 1000 + i,) for i in range(len(self.engines))])
+
+    def peak_rss_mb(self) -> list[float]:
+        return self._call_each("peak_rss_mb", [()] * len(self.engines))
 
     def sleep(self) -> None:
         self._call_each("sleep", [()] * len(self.engines))

@@ -47,7 +47,9 @@ CHAT_TEMPLATE = (
     "{%- endfor -%}{%- endif -%}"
     "<|im_end|>\n"
     "{%- endfor -%}"
-    "{%- if add_generation_prompt -%}<|im_start|>assistant\n{%- endif -%}"
+    # an expression, so the newline survives the whitespace control: the same ids as
+    # PolicyProcessor.generation_prompt_ids, for any consumer of the HF template (TRL, vLLM chat)
+    "{%- if add_generation_prompt -%}{{ '<|im_start|>assistant\\n' }}{%- endif -%}"
 )
 
 

@@ -8,15 +8,13 @@ vLLM engine (the cluster backend, an optional extra; not built yet) is to implem
 
 from __future__ import annotations
 
-import hashlib
 from pathlib import Path
 from typing import Protocol
 
-import numpy as np
 import torch
 
 from rlfw.models.processing import PolicyProcessor, collate
-from rlfw.rollout.types import Completion, Prompt, SamplingParams
+from rlfw.rollout.types import Completion, Prompt, SamplingParams, prompt_key
 
 
 class EngineFailure(RuntimeError):
@@ -150,12 +148,6 @@ class TransformersEngine:
 
     def wake_up(self) -> None:
         """Counterpart of sleep."""
-
-
-def prompt_key(prompt: Prompt) -> tuple:
-    """Identity of a prompt: its tokens and image bytes."""
-    return tuple(prompt.token_ids), tuple(hashlib.sha1(np.ascontiguousarray(im).tobytes()).digest()
-                                          for im in prompt.images)
 
 
 def _sample(logits: torch.Tensor, banned: torch.Tensor, params: SamplingParams) -> torch.Tensor:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
@@ -81,3 +82,18 @@ class TrainBatch:
     segments: list[Segment]  # [N]
     advantages: list[float]  # [N] the episode's advantage, repeated for each of its segments
     groups: list[int]  # [N] task group (mini-batches are cut at group boundaries)
+
+
+def image_digest(image: np.ndarray) -> bytes:
+    """A short fingerprint of an image's pixels, to recognise identical observations."""
+    return hashlib.sha1(np.ascontiguousarray(image).tobytes()).digest()
+
+
+def segment_key(s: Segment) -> tuple:
+    """Identity of a training sequence: its tokens, loss mask and images."""
+    return tuple(s.token_ids), tuple(s.loss_mask), tuple(image_digest(im) for im in s.images)
+
+
+def prompt_key(p: Prompt) -> tuple:
+    """Identity of a generation request: its tokens and images."""
+    return tuple(p.token_ids), tuple(image_digest(im) for im in p.images)

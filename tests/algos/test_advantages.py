@@ -99,3 +99,40 @@ def test_integer_rewards_and_shape_errors():
         get_adv_est("grpo")(torch.zeros(3), torch.zeros(2, dtype=torch.long))
     with pytest.raises(ValueError, match="integer"):
         get_adv_est("grpo")(torch.zeros(2), torch.zeros(2))
+
+
+def test_step_advantages_compare_turns_within_an_anchor_state():
+    """Three turns from the same observation: the one whose return is highest gets the positive
+    step advantage; a turn with no twin in its anchor group gets 0."""
+    from rlfw.algos import step_advantages
+
+    returns = torch.tensor([0.9, 0.0, 0.5, 1.0])
+    anchors = torch.tensor([0, 0, 0, 1])
+    adv = step_advantages(returns, anchors)
+    mean, std = returns[:3].mean(), returns[:3].std()
+    torch.testing.assert_close(adv[:3], (returns[:3] - mean) / (std + 1e-6))
+    assert adv[0] > adv[2] > 0 > adv[1]
+    assert adv[3] == 0
+
+
+def test_turn_returns_discount_from_the_end_and_anchor_on_the_observation():
+    """rlfw.train.turn_returns: gamma**k before the outcome; identical prompts within a group share
+    an anchor, the same prompt in another group does not."""
+    import numpy as np
+
+    from rlfw.train import turn_returns
+    from rlfw.rollout.types import Episode, Segment, Task
+
+    img_a, img_b = np.zeros((2, 2, 3), np.uint8), np.ones((2, 2, 3), np.uint8)
+
+    def seg(prompt, image, reply):
+        return Segment(prompt + reply, [0] * len(prompt) + [1] * len(reply), [0.0] * (len(prompt) + len(reply)), [image])
+
+    won = Episode(Task(seed=1), 0, [seg([1, 2], img_a, [7]), seg([1, 3], img_b, [8])], reward=1.0)
+    lost = Episode(Task(seed=1), 0, [seg([1, 2], img_a, [9]), seg([1, 2], img_b, [9])], reward=0.0)
+    other = Episode(Task(seed=2), 1, [seg([1, 2], img_a, [7])], reward=1.0)
+    returns, anchors = turn_returns([won, lost, other], gamma=0.5)
+    torch.testing.assert_close(returns, torch.tensor([0.5, 1.0, 0.0, 0.0, 1.0]))
+    a = anchors.tolist()
+    assert a[0] == a[2]  # same tokens and image in group 0, different replies
+    assert len({a[0], a[1], a[3], a[4]}) == 4  # other image, other text, other group

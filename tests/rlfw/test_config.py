@@ -49,6 +49,7 @@ def test_algo_presets_pick_registered_variants():
     assert names["rloo"].advantage_estimator == "rloo"
     assert names["gspo"].policy_loss_type == "gspo"
     assert names["dapo"].dynamic_sampling != "off" and names["dapo"].eps_clip_high > names["dapo"].eps_clip_low
+    assert names["gigpo"].step_advantage_weight > 0 and names["grpo"].step_advantage_weight == 0
 
 
 def test_unknown_key_fails_at_compose():
@@ -131,3 +132,7 @@ def test_sft_config_composes_and_rejects_noise_without_paths():
     validate_sft(load_sft([]))
     with pytest.raises(ConfigError, match="sft.noise"):
         validate_sft(load_sft(["sft.noise=0.1"]))
+    with pytest.raises(ConfigError, match="sft.max_minutes"):
+        validate_sft(load_sft(["sft.max_minutes=0"]))
+    with pytest.raises(ConfigError, match="algo.step_gamma"):
+        validate(load(["algo=gigpo", "algo.step_gamma=1.5"]))

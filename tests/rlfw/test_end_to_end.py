@@ -33,6 +33,8 @@ def test_debug_run_through_ray_updates_policy_and_engine(tmp_path):
                     "timing/train", "timing/sync"]:
             assert key in r, key
         assert r["policy/engine_weights_version"] == r["step"]  # the engine loaded this step's adapter
+        # each worker's peak memory, measured in its own process (a Ray actor: not the driver's)
+        assert 50 < r["memory/trainer_peak_rss_mb"] < 16_000 and 50 < r["memory/engine_peak_rss_mb"] < 16_000
     assert "eval/maze/solvable_fraction" in evals[0] and "eval/all/pass_at_1" in evals[0]
 
     # every trainable (LoRA) tensor changed: B left zero at step 1, A moved at step 2

@@ -40,6 +40,14 @@ def test_sft_lowers_loss_and_writes_loadable_checkpoint(tmp_path):
     assert (tmp_path / "snapshots" / "step_000040" / "config.json").exists()
 
 
+def test_sft_stops_at_its_time_limit_with_an_evaluation_and_a_checkpoint(tmp_path):
+    cfg = _cfg(tmp_path, steps=10_000, batch_size=4, eval_interval=0, eval_size=4, max_minutes=0.05)
+    metrics = run_sft(cfg)
+    info = json.loads((tmp_path / "checkpoint" / "rlfw_sft.json").read_text())
+    assert 1 <= info["step"] < 10_000 and metrics["timing/elapsed_min"] >= 0.05
+    assert "eval/heldout/pass_at_1" in info
+
+
 @pytest.mark.parametrize("mode, noise", [("all_squares", 0.0), ("oracle_path", 0.3)])
 def test_demonstrations_are_in_the_rl_turn_format(tmp_path, mode, noise):
     from rlfw.build import make_env_fn, prepare_base_model

@@ -1,0 +1,252 @@
+"""rlfw's performance beside the machine's limit and its peers, measured in one run.
+
+Machines here are shared and noisy, so every comparison is made inside this one run, back to
+back, and reported as a ratio; absolute numbers are for orientation only.
+
+1. Machine limit: sustained torch matmul FLOP/s (fp32 and bf16, square sizes) and memory bandwidth
+   (a large tensor copy), at the thread count the rest of the benchmark uses.
+2. Rollout: rlfw's batched multi-turn rollout against a naive loop (`model.generate` per episode per
+   turn, as a user would write with transformers) on the same model, mazes and sampling settings.
+3. Training: tokens/s and achieved FLOP/s of the policy update (forward, backward, AdamW) on real
+   maze turns, for the shipped tiny_vl architecture (with GRPO's LoRA) and a ~35M-parameter config
+   (full fine-tuning), as a fraction of the matmul limit. FLOPs are counted by
+   `torch.utils.flop_counter` on one update, then the update is timed without the counter.
+4. Against TRL: see scripts/bench_trl.py (run here when TRL is installed: pip install -e ".[bench]").
+5. Memory: peak RSS of the training worker and of the engine worker, from a short GRPO run through
+   Ray (each worker reports its own process's peak).
+
+    python scripts/bench.py                 # full sizes, about 10 minutes on 2 cores
+    python scripts/bench.py --smoke         # seconds; run by the test suite (timings never asserted)
+    python scripts/bench.py --out experiments/bench/results.md
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import platform
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "scripts"))
+
+from rlfw.build import make_env_fn, prepare_base_model  # noqa: E402
+from rlfw.config import AlgoConfig, LoraConfig, MazeEnvConfig, ModelConfig, TinyVLSpec  # noqa: E402
+from rlfw.distributed.workers import EngineWorker, PolicyWorker  # noqa: E402
+from rlfw.models.processing import PolicyProcessor  # noqa: E402
+from rlfw.rollout.agent_loop import LoopLimits, collect  # noqa: E402
+from rlfw.rollout.types import SamplingParams, Task, TrainBatch  # noqa: E402
+
+SHIPPED = ROOT / "checkpoints" / "tiny_vl_maze_sft"
+# the shipped checkpoint's architecture (conf/experiment/sft_maze.yaml)
+TINY = TinyVLSpec(num_layers=6, hidden_size=128, intermediate_size=512, patch_size=8, image_crop_px=8)
+# a CPU-sized "large" policy: 8 x 512 language model, 4 x 256 vision tower (about 35M parameters)
+LARGE = TinyVLSpec(num_layers=8, hidden_size=512, num_heads=8, num_kv_heads=4, intermediate_size=2048,
+                   vision_hidden_size=256, vision_depth=4, vision_heads=4, patch_size=8, image_crop_px=8)
+SMOKE = TinyVLSpec(num_layers=1, hidden_size=64, intermediate_size=128, vision_depth=1, patch_size=8,
+                   image_crop_px=8)
+
+
+# -- 1. the machine's limit -----------------------------------------------------------------------
+def matmul_flops(n: int, dtype: torch.dtype, seconds: float) -> float:
+    """Sustained FLOP/s of an n x n @ n x n matmul, repeated for about `seconds`."""
+    a, b = torch.randn(n, n, dtype=dtype), torch.randn(n, n, dtype=dtype)
+    torch.mm(a, b)  # warm-up
+    reps, t0 = 0, time.perf_counter()
+    while time.perf_counter() - t0 < seconds:
+        torch.mm(a, b)
+        reps += 1
+    return 2 * n**3 * reps / (time.perf_counter() - t0)
+
+
+def copy_bandwidth(mib: int, seconds: float) -> float:
+    """Memory bandwidth in bytes/s of a large tensor copy (read + write counted)."""
+    src = torch.ones(mib * 2**20 // 4)
+    dst = torch.empty_like(src)
+    dst.copy_(src)
+    reps, t0 = 0, time.perf_counter()
+    while time.perf_counter() - t0 < seconds:
+        dst.copy_(src)
+        reps += 1
+    return 2 * src.numel() * 4 * reps / (time.perf_counter() - t0)
+
+
+def machine_limit(args) -> tuple[list[tuple], float]:
+    sizes = [128, 256] if args.smoke else [256, 512, 1024, 2048]
+    rows, peak = [], 0.0
+    for dtype in (torch.float32, torch.bfloat16):
+        for n in sizes:
+            f = matmul_flops(n, dtype, 0.2 if args.smoke else 2.0)
+            if dtype == torch.float32:
+                peak = max(peak, f)
+            rows.append((f"matmul {str(dtype).split('.')[-1]} {n}x{n}", f"{f / 1e9:.1f} GFLOP/s"))
+    bw = copy_bandwidth(16 if args.smoke else 512, 0.2 if args.smoke else 2.0)
+    rows.append(("memory copy bandwidth (read + write)", f"{bw / 1e9:.1f} GB/s"))
+    return rows, peak
+
+
+# -- 2. rollout -------------------------------------------------------------------------------------
+def rollout(args, path: Path) -> list[tuple]:
+    from bench_rollout import naive_rollout
+
+    n_tasks, n_samples, max_turns = (2, 2, 2) if args.smoke else (8, 8, 10)
+    env_cfg = MazeEnvConfig(name="maze", id="rlfw/Maze2D-v0", max_turns=max_turns, cell_px=8)
+    make_env = make_env_fn(env_cfg)
+    engine = EngineWorker(ModelConfig(name="tiny_vl", path=str(path), lora=LoraConfig(rank=32, alpha=64)),
+                          str(path), torch_threads=args.threads)
+    processor = PolicyProcessor.from_pretrained(path)
+    envs = [make_env() for _ in range(n_tasks * n_samples)]
+    tasks = [Task(seed=10**6 + i) for i in range(n_tasks)]
+    params = SamplingParams(temperature=1.0, max_new_tokens=env_cfg.max_new_tokens)
+    limits = LoopLimits(max_turns=max_turns, max_new_tokens=env_cfg.max_new_tokens, max_episode_tokens=4096)
+
+    torch.manual_seed(0)
+    t0 = time.perf_counter()
+    eps = collect(engine, processor, envs, tasks, n_samples, params, limits)
+    t_rlfw = time.perf_counter() - t0
+    torch.manual_seed(0)
+    t0 = time.perf_counter()
+    n_naive, tok_naive = naive_rollout(engine.engine.model, processor, envs, tasks, n_samples, params, max_turns)
+    t_naive = time.perf_counter() - t0
+    tok = sum(e.generated_tokens for e in eps)
+    stats = engine.engine.stats
+    label = f"{n_tasks} mazes x {n_samples}, <= {max_turns} turns"
+    return [
+        (f"rollout episodes/s ({label})", f"{len(eps) / t_rlfw:.2f}", f"{n_naive / t_naive:.2f}",
+         f"{(len(eps) / t_rlfw) / (n_naive / t_naive):.1f}x"),
+        ("rollout generated tokens/s", f"{tok / t_rlfw:.0f}", f"{tok_naive / t_naive:.0f}",
+         f"{(tok / t_rlfw) / (tok_naive / t_naive):.1f}x"),
+        ("prompts prefilled / prompts (rlfw)", f"{stats['prefilled']}/{stats['prompts']}", "all", ""),
+    ]
+
+
+# -- 3. training ------------------------------------------------------------------------------------
+def training_segments(path: Path, n: int):
+    """Real training turns: maze states (every open square) with their BFS-best move as the reply."""
+    from rlfw.sft import DemoSampler, to_segment
+
+    env_cfg = MazeEnvConfig(name="maze", id="rlfw/Maze2D-v0", max_turns=20, cell_px=8)
+    processor = PolicyProcessor.from_pretrained(path)
+    sampler = DemoSampler(make_env_fn(env_cfg), seed=0, mode="all_squares", noise=0.0)
+    return [to_segment(processor, *state) for state in sampler.sample(n)]
+
+
+def training(args, spec: TinyVLSpec, lora_rank: int, label: str, peak: float, tmp: Path) -> tuple:
+    from torch.utils.flop_counter import FlopCounterMode
+
+    make_env = make_env_fn(MazeEnvConfig(name="maze", id="rlfw/Maze2D-v0", cell_px=8))
+    model_cfg = ModelConfig(name="tiny_vl", tiny=spec, lora=LoraConfig(rank=lora_rank, alpha=2 * max(lora_rank, 1)))
+    path = prepare_base_model(model_cfg, make_env, tmp / f"model_{lora_rank}", seed=0)
+    n = 8 if args.smoke else 64
+    algo = AlgoConfig(name="grpo", train_batch_size=1, mini_batch_size=1, micro_batch_size=n, lr=1e-5)
+    worker = PolicyWorker(model_cfg, algo, str(path), total_steps=100, seed=0, torch_threads=args.threads)
+    trainer = worker.trainer
+    trainer.dedup = False  # measure raw throughput on distinct sequences
+    segments = training_segments(path, n)
+    batch = TrainBatch(segments, [1.0 if i % 2 else -1.0 for i in range(n)], [0] * n)
+    tokens = sum(len(s.token_ids) for s in segments)
+    params = sum(p.numel() for p in trainer.model.parameters())
+    trainer.update(batch)  # warm-up
+    with FlopCounterMode(display=False) as counter:
+        trainer.update(batch)
+    flops = counter.get_total_flops()
+    reps = 1 if args.smoke else 3
+    t0 = time.perf_counter()
+    for _ in range(reps):
+        trainer.update(batch)
+    dt = (time.perf_counter() - t0) / reps
+    return (f"{spec.num_layers}x{spec.hidden_size} {label}, {params / 1e6:.1f}M params, {n} turns x {tokens // n} tokens",
+            f"{tokens / dt:.0f} tokens/s", f"{flops / dt / 1e9:.1f} GFLOP/s", f"{flops / dt / peak:.0%}")
+
+
+# -- 5. memory -------------------------------------------------------------------------------------
+def memory(args, tmp: Path) -> list[tuple]:
+    """Peak RSS of each worker from a short GRPO run through Ray (the README's main job, 2 steps)."""
+    out = tmp / "memory_run"
+    preset = ["experiment=debug"] if args.smoke else ["experiment=maze_from_sft", "trainer.total_steps=2"]
+    cmd = [sys.executable, "-m", "rlfw.run", *preset, "trainer.eval_interval=0", "trainer.heldout_eval_size=0",
+           "trainer.ckpt_interval=0", "logger=console", f"hydra.run.dir={out}"]
+    subprocess.run(cmd, check=True, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    last = [r for r in rows if "memory/trainer_peak_rss_mb" in r][-1]
+    return [("peak RSS, training worker (LoRA r32, AdamW)", f"{last['memory/trainer_peak_rss_mb']:.0f} MiB"),
+            ("peak RSS, engine worker", f"{last['memory/engine_peak_rss_mb']:.0f} MiB")]
+
+
+def table(header: list[str], rows: list[tuple]) -> str:
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--smoke", action="store_true", help="tiny sizes, seconds")
+    ap.add_argument("--threads", type=int, default=os.cpu_count() or 1, help="torch threads (default: all cores)")
+    ap.add_argument("--skip", nargs="*", default=[], choices=["rollout", "training", "trl", "memory"])
+    ap.add_argument("--out", type=Path, help="also write the report (Markdown) here")
+    args = ap.parse_args()
+    torch.set_num_threads(args.threads)
+    tmp = Path(tempfile.mkdtemp(prefix="rlfw-bench-"))
+    command = "python scripts/bench.py" + (" --smoke" if args.smoke else "") + (
+        f" --threads {args.threads}" if args.threads != (os.cpu_count() or 1) else "")
+
+    sections = [f"# rlfw benchmark\n\n{datetime.date.today()} · {platform.processor() or platform.machine()}, "
+                f"{os.cpu_count()} cores · torch {torch.__version__} · {args.threads} torch thread(s)\n"
+                f"command: `{command}`"]
+
+    def emit(text: str) -> None:
+        print(text + "\n", flush=True)
+        sections.append(text)
+
+    emit(sections.pop())
+    limit_rows, peak = machine_limit(args)
+    emit("## 1. Machine limit\n\n" + table(["measure", "value"], limit_rows)
+         + f"\n\nDenominator for utilisation: best fp32 matmul, {peak / 1e9:.1f} GFLOP/s.")
+
+    if args.smoke:
+        path = prepare_base_model(ModelConfig(name="tiny_vl", tiny=SMOKE), make_env_fn(
+            MazeEnvConfig(name="maze", id="rlfw/Maze2D-v0", cell_px=8)), tmp / "smoke_model", seed=0)
+    else:
+        path = SHIPPED
+    if "rollout" not in args.skip:
+        emit("## 2. Rollout: rlfw against a naive `model.generate` loop\n\n"
+             f"Model: {'a smoke-size tiny_vl' if args.smoke else 'the shipped SFT checkpoint'} with a LoRA r32 "
+             "adapter (merged for inference by rlfw), temperature 1.0, same mazes and seeds.\n\n"
+             + table(["measure", "rlfw", "naive", "rlfw / naive"], rollout(args, path)))
+    if "training" not in args.skip:
+        rows = [training(args, SMOKE if args.smoke else TINY, 32, "tiny_vl, LoRA r32", peak, tmp),
+                training(args, SMOKE if args.smoke else LARGE, 0, "large, full fine-tuning", peak, tmp)]
+        emit("## 3. Training: the policy update against the matmul limit\n\n"
+             + table(["update", "tokens/s", "achieved", "of fp32 matmul limit"], rows))
+    if "trl" not in args.skip:
+        emit("## 4. Against TRL's GRPOTrainer\n\n" + trl_section(args))
+    if "memory" not in args.skip:
+        emit("## 5. Memory\n\n" + table(["process", "peak RSS"], memory(args, tmp)))
+    if args.out:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text("\n\n".join(sections) + "\n")
+        print(f"wrote {args.out}")
+
+
+def trl_section(args) -> str:
+    """scripts/bench_trl.py's table (it says how to install TRL when it is missing)."""
+    cmd = [sys.executable, str(ROOT / "scripts" / "bench_trl.py"), *(["--smoke"] if args.smoke else []),
+           "--threads", str(args.threads)]
+    done = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
+    if done.returncode != 0:
+        return f"bench_trl.py failed (exit {done.returncode}):\n\n```\n{done.stderr[-2000:]}\n```"
+    return done.stdout.strip()
+
+
+if __name__ == "__main__":
+    main()
