@@ -41,7 +41,6 @@ TRL is an optional extra (`pip install -e ".[bench]"`); without it only the rlfw
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import tempfile
 import time
@@ -56,7 +55,7 @@ from rlfw.build import make_env_fn, prepare_base_model
 from rlfw.config import AlgoConfig, LoraConfig, MazeEnvConfig, ModelConfig, TinyVLSpec
 from rlfw.models.processing import PolicyProcessor
 from rlfw.rollout.agent_loop import LoopLimits, turn_message
-from rlfw.rollout.types import Prompt, SamplingParams, Task
+from rlfw.rollout.types import Prompt, SamplingParams, Task, image_digest
 
 ROOT = Path(__file__).resolve().parents[1]
 CHECKPOINT = ROOT / "checkpoints" / "tiny_vl_maze_sft"
@@ -115,11 +114,8 @@ def summary(name: str, times: list[float], samples: int, rewards: list, tokens: 
 
 # -- rlfw ------------------------------------------------------------------------------------------
 def distinct(items) -> int:
-    """Number of distinct (token ids, image bytes) pairs among `items` (prompts or segments)."""
-    def key(x) -> tuple:
-        return tuple(x.token_ids), tuple(hashlib.sha1(np.ascontiguousarray(im).tobytes()).digest() for im in x.images)
-
-    return len({key(x) for x in items})
+    """Number of distinct (token ids, images) among `items` (prompts or segments)."""
+    return len({(tuple(x.token_ids), tuple(image_digest(im) for im in x.images)) for x in items})
 
 
 def run_rlfw(args, path: str, env_cfg: MazeEnvConfig, model_cfg: ModelConfig, algo: AlgoConfig,
@@ -322,7 +318,8 @@ def report(args, path: str, model_cfg: ModelConfig, env_cfg: MazeEnvConfig, resu
     for r in results:
         if trl and r is not trl[0]:
             print(f"{r['side']} / TRL samples/s: {np.mean(trl[0]['times']) / np.mean(r['times']):.2f}x")
-    print(f"\ncommand: python scripts/bench_trl.py{' --smoke' if args.smoke else ''}")
+    print(f"\ncommand: python scripts/bench_trl.py{' --smoke' if args.smoke else ''}"
+          f"{f' --threads {args.threads}' if args.threads != 1 else ''}")
 
 
 def main() -> None:

@@ -83,6 +83,11 @@ class TransformersEngine:
         self.stats["prefilled"] += len(unique)
         feats = [[p.image_features(img) for img in pr.images] for pr in unique]
         batch = collate([pr.token_ids for pr in unique], feats, p.image_token_id, p.pad_token_id, left_pad=True)
+        inner = self._inner()
+        inner.rope_deltas = None  # set by this prefill when it has images
+        if "pixel_values" not in batch:  # text only: positions count real tokens, not left padding
+            pos = (batch["attention_mask"].cumsum(-1) - 1).clamp(min=0)
+            batch["position_ids"] = pos.unsqueeze(0).expand(3, -1, -1)
         out = self.model(**batch, use_cache=True)
         cache = out.cache
         index = torch.tensor(rows)
@@ -90,7 +95,7 @@ class TransformersEngine:
         logits = out.logits[index, -1].float()  # [B, V]
         attention = batch["attention_mask"][index]  # [B, L]
         # decode positions continue the prompt's multimodal RoPE positions, as in a full forward pass
-        deltas = self._inner().rope_deltas[index]  # [B, 1]
+        deltas = inner.rope_deltas[index] if inner.rope_deltas is not None else torch.zeros(len(rows), 1, dtype=torch.long)
         next_pos = attention.sum(-1, keepdim=True) + deltas  # [B, 1]
 
         temperature = 1.0 if params.greedy else params.temperature

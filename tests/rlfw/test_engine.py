@@ -75,3 +75,24 @@ def test_merged_lora_adapter_generates_like_the_unmerged_one(tmp_path):
     for m, u in zip(merged, unmerged):
         assert m.token_ids == u.token_ids
         torch.testing.assert_close(torch.tensor(m.logprobs), torch.tensor(u.logprobs), atol=1e-4, rtol=0)
+
+
+def test_text_only_prompts_of_different_lengths_match_the_trainers_logprobs(tmp_path):
+    """Left padding must not shift positions: sampled log-probs equal teacher-forced ones."""
+    from rlfw.policy import sequence_logprobs
+    from rlfw.rollout.types import Segment
+
+    engine, _ = _engine_and_prompts(tmp_path)
+    p = engine.processor
+    prompts = [Prompt(p.encode_message({"role": "user", "content": text}) + p.generation_prompt_ids, [])
+               for text in ("Move.", "You are in a maze. Reach the green square and stop there.")]
+    torch.manual_seed(0)
+    out = engine.generate(prompts, SamplingParams(max_new_tokens=4))
+    segments = [Segment(pr.token_ids + c.token_ids, [0] * len(pr.token_ids) + [1] * len(c.token_ids),
+                        [0.0] * len(pr.token_ids) + c.logprobs, []) for pr, c in zip(prompts, out)]
+    with torch.no_grad():
+        logp, _, _ = sequence_logprobs(engine.model, p, segments)
+    for i, (pr, c) in enumerate(zip(prompts, out)):
+        n = len(pr.token_ids)
+        torch.testing.assert_close(logp[i, n - 1 : n - 1 + len(c.token_ids)], torch.tensor(c.logprobs),
+                                   atol=1e-4, rtol=0)
