@@ -71,6 +71,9 @@ class AlgoConfig:
     """Sequences per forward/backward pass (gradient accumulation inside a mini-batch)."""
     update_epochs: int = 1
     """Passes over each step's data."""
+    target_kl: Optional[float] = None
+    """PPO early stop: skip a step's remaining optimizer steps once a mini-batch's approx KL from the
+    sampling policy exceeds this (e.g. 0.02); None never stops. Logged as `policy/skipped`."""
     old_logprobs: str = "trainer"
     """Where the PPO ratio's old log-probs come from when a step makes more than one optimizer step:
     trainer (an extra forward pass before updating) or rollout (the engine's sampling log-probs, free;
@@ -379,6 +382,8 @@ def validate(cfg: Config) -> None:
     errs += _choice(a.kl_estimator_type, list(KL_KINDS), "algo.kl_estimator_type")
     errs += _choice(a.dynamic_sampling, ["off", "drop", "resample"], "algo.dynamic_sampling")
     errs += _choice(a.old_logprobs, ["trainer", "rollout"], "algo.old_logprobs")
+    if a.target_kl is not None and a.target_kl <= 0:
+        errs.append(f"algo.target_kl={a.target_kl} must be > 0 (or null to never stop early)")
     if a.step_advantage_weight < 0:
         errs.append(f"algo.step_advantage_weight={a.step_advantage_weight} must be >= 0 (0 turns it off)")
     if not 0 < a.step_gamma <= 1:

@@ -121,6 +121,7 @@ class PolicyTrainer:
         ref = self.logprobs(segments, reference=True) if a.use_kl_loss else None
         totals: dict[str, list[float]] = {}
         self.model.train()
+        stopped = False
         for _ in range(a.update_epochs):
             order = torch.randperm(len(unique_groups), generator=self.generator).tolist()
             for mini_groups in np.array_split([unique_groups[i] for i in order], n_minis):
@@ -129,8 +130,17 @@ class PolicyTrainer:
                 stats = self._optimizer_step(segments, advantages, old, ref, idx)
                 for k, v in stats.items():
                     totals.setdefault(k, []).append(v)
+                if stats["skipped"]:
+                    stopped = True
+                    break
+            if stopped:
+                break
         self.scheduler.step()
         out = {k: float(np.mean(v)) for k, v in totals.items()}
+        # the first mini-batch runs before any of this step's optimizer steps: there, trainer and
+        # engine log-probs differ only if the engine samples from other weights (stale, mismatched)
+        out["rollout_logp_abs_diff"] = totals["rollout_logp_abs_diff"][0]
+        out["skipped"] = float(stopped)
         out["optimizer_steps"] = self.optimizer_steps
         return out
 
@@ -170,8 +180,12 @@ class PolicyTrainer:
                 acc[k] = acc.get(k, 0.0) + float(v) * weight
         grad_norm = torch.nn.utils.clip_grad_norm_(
             self.params, a.max_grad_norm if a.max_grad_norm > 0 else float("inf"))
-        self.optimizer.step()
-        self.optimizer_steps += 1
+        # PPO's early stop: the policy already drifted this far from the one that sampled the data
+        acc["skipped"] = float(a.target_kl is not None and acc.get("approx_kl", 0.0) > a.target_kl)
+        if not acc["skipped"]:
+            self.optimizer.step()
+            self.optimizer_steps += 1
+        self.optimizer.zero_grad(set_to_none=True)
         acc["grad_norm"] = float(grad_norm)
         acc["lr"] = self.scheduler.get_last_lr()[0]
         return acc

@@ -1,4 +1,4 @@
-"""The rollout benchmark runs (smoke sizes) so it cannot rot; timings are printed, never asserted."""
+"""The benchmarks run (smoke sizes) so they cannot rot; timings are printed, never asserted."""
 
 import subprocess
 import sys
@@ -12,6 +12,20 @@ def test_bench_rollout_smoke():
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "| episodes/s |" in proc.stdout and "rlfw / naive" in proc.stdout
+
+
+def test_bench_smoke_writes_every_section(tmp_path):
+    """scripts/bench.py: machine limit, rollout, training (TRL and memory have their own tests:
+    test_bench_trl.py, and the end-to-end run's memory metrics)."""
+    out = tmp_path / "results.md"
+    proc = subprocess.run([sys.executable, "scripts/bench.py", "--smoke", "--skip", "trl", "memory", "--out", str(out)],
+                          cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    text = out.read_text()
+    for heading in ("## 1. Machine limit", "## 2. Rollout", "## 3. Training"):
+        assert heading in text
+    assert "| matmul float32" in text and "rollout episodes/s" in text and "of fp32 matmul limit" in text
+    assert "reproduce: `python scripts/bench.py --smoke" in text
 
 
 def test_bench_checkpoint_smoke():

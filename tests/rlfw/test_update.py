@@ -105,3 +105,19 @@ def test_dynamic_sampling_drops_constant_groups(tmp_path, monkeypatch):
     episodes, rounds = train_mod.rollout_step(cfg, 1, _ScriptedEngine(processor), processor,
                                               [make_env() for _ in range(4)], {})
     assert len(episodes) == 4 and rounds == 1 and not any(e.success for e in episodes)
+
+
+def test_target_kl_stops_the_remaining_optimizer_steps(tmp_path):
+    """Four mini-batches at a large LR: without a target every one steps; with a tiny target the
+    first steps (it starts on-policy) and the second, already drifted, stops the rest."""
+    counts = {}
+    for target in (None, 1e-9):
+        algo = AlgoConfig(name="grpo", lr=5e-2, train_batch_size=2, mini_batch_size=1, micro_batch_size=8,
+                          update_epochs=2, target_kl=target)
+        policy, _, segments, groups = _setup(tmp_path / f"t{target}", 4, algo)
+        advantages = [1.0 if i % 2 else -1.0 for i in range(len(segments))]
+        stats = policy.update(TrainBatch(segments, advantages, groups), seed=1)
+        counts[target] = (stats["optimizer_steps"], stats["skipped"])
+        assert stats["rollout_logp_abs_diff"] < 1e-3  # the engine sampled from the trainer's weights
+    assert counts[None] == (4, 0.0)
+    assert counts[1e-9] == (1, 1.0)
