@@ -204,7 +204,10 @@ def main() -> None:
                 f"{os.cpu_count()} cores · torch {torch.__version__} · {args.threads} torch thread(s)\n"
                 f"command: `{command}`"]
 
-    def emit(text: str) -> None:
+    def emit(text: str, only: str | None = None) -> None:
+        if only:  # the command that reproduces just this section
+            others = " ".join(x for x in ("rollout", "training", "trl", "memory") if x != only)
+            text += f"\n\nreproduce: `{command} --skip {others}`"
         print(text + "\n", flush=True)
         sections.append(text)
 
@@ -222,16 +225,16 @@ def main() -> None:
         emit("## 2. Rollout: rlfw against a naive `model.generate` loop\n\n"
              f"Model: {'a smoke-size tiny_vl' if args.smoke else 'the shipped SFT checkpoint'} with a LoRA r32 "
              "adapter (merged for inference by rlfw), temperature 1.0, same mazes and seeds.\n\n"
-             + table(["measure", "rlfw", "naive", "rlfw / naive"], rollout(args, path)))
+             + table(["measure", "rlfw", "naive", "rlfw / naive"], rollout(args, path)), "rollout")
     if "training" not in args.skip:
         rows = [training(args, SMOKE if args.smoke else TINY, 32, "tiny_vl, LoRA r32", peak, tmp),
                 training(args, SMOKE if args.smoke else LARGE, 0, "large, full fine-tuning", peak, tmp)]
         emit("## 3. Training: the policy update against the matmul limit\n\n"
-             + table(["update", "tokens/s", "achieved", "of fp32 matmul limit"], rows))
+             + table(["update", "tokens/s", "achieved", "of fp32 matmul limit"], rows), "training")
     if "trl" not in args.skip:
-        emit("## 4. Against TRL's GRPOTrainer\n\n" + trl_section(args))
+        emit("## 4. Against TRL's GRPOTrainer\n\n" + trl_section(args), "trl")
     if "memory" not in args.skip:
-        emit("## 5. Memory\n\n" + table(["process", "peak RSS"], memory(args, tmp)))
+        emit("## 5. Memory\n\n" + table(["process", "peak RSS"], memory(args, tmp)), "memory")
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text("\n\n".join(sections) + "\n")
