@@ -60,6 +60,9 @@ class TransformersEngine:
         # loading new weights unmerges the old adapter first.
         self.lora = hasattr(model, "peft_config")
         if self.lora:
+            # pristine base weights of the adapted layers: unmerging subtracts in floating point, so
+            # each load restores them exactly and the merged weights never depend on the history
+            self._base = {n: p.detach().clone() for n, p in model.named_parameters() if "base_layer" in n}
             self.model.merge_adapter()
 
     @torch.no_grad()
@@ -141,6 +144,10 @@ class TransformersEngine:
 
         if self.lora:
             self.model.unmerge_adapter()
+            params = dict(self.model.named_parameters())
+            with torch.no_grad():
+                for name, weight in self._base.items():
+                    params[name].copy_(weight)
         try:
             self.weights_version = load_policy_weights(self.model, Path(path))
         finally:

@@ -115,9 +115,10 @@ def _run(out: Path, *extra: str, kill_when=None) -> subprocess.CompletedProcess 
 
 
 def _history(out: Path) -> list[dict]:
-    """Logged metrics without wall-clock timings (rows that only carried timings drop out)."""
+    """Logged metrics without wall-clock timings and process memory (rows that only carried those
+    drop out): what must repeat exactly after a resume."""
     rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
-    rows = [{k: v for k, v in r.items() if not k.startswith("timing/")} for r in rows]
+    rows = [{k: v for k, v in r.items() if not k.startswith(("timing/", "memory/"))} for r in rows]
     return [r for r in rows if len(r) > 1]
 
 
