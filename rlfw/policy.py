@@ -70,7 +70,8 @@ class PolicyTrainer:
         """Log-probs [T-1] per segment under the current (or reference) policy, no grad."""
         out: list[torch.Tensor | None] = [None] * len(segments)
         self.model.eval()
-        for chunk in _chunks(self._duplicates(list(range(len(segments))), segments), self.algo.micro_batch_size):
+        keys = [segment_key(s) for s in segments]
+        for chunk in _chunks(self._duplicates(list(range(len(segments))), keys), self.algo.micro_batch_size):
             segs = [segments[group[0]] for group in chunk]
             if reference and self.is_peft:
                 with self.model.disable_adapter():
@@ -82,7 +83,7 @@ class PolicyTrainer:
                     out[i] = logp[row, : len(s.token_ids) - 1].clone()
         return out
 
-    def _duplicates(self, idx: list[int], segments: list[Segment]) -> list[list[int]]:
+    def _duplicates(self, idx: list[int], keys: list[tuple]) -> list[list[int]]:
         """`idx` grouped by identical segments (same tokens, loss mask and images), first-seen order.
 
         A memoryless policy revisits states: within a step many turns repeat the same prompt and
@@ -94,7 +95,7 @@ class PolicyTrainer:
             return [[i] for i in idx]
         groups: dict[tuple, list[int]] = {}
         for i in idx:
-            groups.setdefault(segment_key(segments[i]), []).append(i)
+            groups.setdefault(keys[i], []).append(i)
         return list(groups.values())
 
     # -- update ---------------------------------------------------------------------------------
@@ -119,6 +120,7 @@ class PolicyTrainer:
         else:
             old = self.logprobs(segments)
         ref = self.logprobs(segments, reference=True) if a.use_kl_loss else None
+        keys = [segment_key(s) for s in segments]  # identical turns share a forward pass (_duplicates)
         totals: dict[str, list[float]] = {}
         self.model.train()
         stopped = False
@@ -127,7 +129,7 @@ class PolicyTrainer:
             for mini_groups in np.array_split([unique_groups[i] for i in order], n_minis):
                 chosen = set(mini_groups.tolist())
                 idx = [i for i, g in enumerate(groups) if g in chosen]
-                stats = self._optimizer_step(segments, advantages, old, ref, idx)
+                stats = self._optimizer_step(segments, keys, advantages, old, ref, idx)
                 for k, v in stats.items():
                     totals.setdefault(k, []).append(v)
                 if stats["skipped"]:
@@ -144,13 +146,13 @@ class PolicyTrainer:
         out["optimizer_steps"] = self.optimizer_steps
         return out
 
-    def _optimizer_step(self, segments, advantages, old, ref, idx: list[int]) -> dict[str, float]:
+    def _optimizer_step(self, segments, keys, advantages, old, ref, idx: list[int]) -> dict[str, float]:
         a = self.algo
         token_total = sum(sum(segments[i].loss_mask[1:]) for i in idx)
         per_token_mode = a.loss_reduction == "token-mean"
         self.optimizer.zero_grad(set_to_none=True)
         acc: dict[str, float] = {}
-        for unique in _chunks(self._duplicates(idx, segments), a.micro_batch_size):
+        for unique in _chunks(self._duplicates(idx, keys), a.micro_batch_size):
             # one forward row per distinct segment, expanded to one row per copy for the loss
             logp, mask, entropy = self._forward([segments[group[0]] for group in unique], want_entropy=True)
             rows = torch.tensor([row for row, group in enumerate(unique) for _ in group])

@@ -55,7 +55,7 @@ from rlfw.build import make_env_fn, prepare_base_model
 from rlfw.config import AlgoConfig, LoraConfig, MazeEnvConfig, ModelConfig, TinyVLSpec
 from rlfw.models.processing import PolicyProcessor
 from rlfw.rollout.agent_loop import LoopLimits, turn_message
-from rlfw.rollout.types import Prompt, SamplingParams, Task, image_digest
+from rlfw.rollout.types import Prompt, SamplingParams, Task, prompt_key, segment_key
 
 ROOT = Path(__file__).resolve().parents[1]
 CHECKPOINT = ROOT / "checkpoints" / "tiny_vl_maze_sft"
@@ -113,11 +113,6 @@ def summary(name: str, times: list[float], samples: int, rewards: list, tokens: 
 
 
 # -- rlfw ------------------------------------------------------------------------------------------
-def distinct(items) -> int:
-    """Number of distinct (token ids, images) among `items` (prompts or segments)."""
-    return len({(tuple(x.token_ids), tuple(image_digest(im) for im in x.images)) for x in items})
-
-
 def run_rlfw(args, path: str, env_cfg: MazeEnvConfig, model_cfg: ModelConfig, algo: AlgoConfig,
              tasks: list[list[Task]], tmp: Path, dedup: bool = True) -> dict | None:
     """Warm-up + timed steps of rlfw's training step (as in `rlfw.train`), its workers in-process."""
@@ -157,8 +152,8 @@ def run_rlfw(args, path: str, env_cfg: MazeEnvConfig, model_cfg: ModelConfig, al
         rewards.append(reward.tolist())
         tokens.append([e.generated_tokens for e in episodes])
         segments = [s for e in episodes for s in e.segments]
-        prompts.append(distinct(Prompt(s.token_ids[:s.loss_mask.index(1)], s.images) for s in segments))
-        samples.append(distinct(segments))
+        prompts.append(len({prompt_key(Prompt(s.token_ids[:s.loss_mask.index(1)], s.images)) for s in segments}))
+        samples.append(len({segment_key(s) for s in segments}))
     out = summary("rlfw" if dedup else "rlfw, no dedup", times[1:], len(envs), rewards[1:], tokens[1:])
     out["distinct"] = (float(np.mean(prompts[1:])), float(np.mean(samples[1:])))
     out["params"] = sum(p.numel() for n, p in engine.engine.model.named_parameters() if "lora_" not in n) / 1e6

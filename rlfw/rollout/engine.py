@@ -75,13 +75,15 @@ class TransformersEngine:
     def _generate_batch(self, prompts: list[Prompt], params: SamplingParams) -> list[Completion]:
         p = self.processor
         # one prefill row per distinct prompt; `rows[i]` is prompt i's row
-        first: dict[tuple, int] = {}  # prompt key -> index of its first occurrence
-        keys = [prompt_key(pr) for pr in prompts]
-        for i, key in enumerate(keys):
-            first.setdefault(key, i)
-        row_of = {key: row for row, key in enumerate(first)}
-        rows = [row_of[key] for key in keys]
-        unique = [prompts[i] for i in first.values()]
+        row_of: dict[tuple, int] = {}
+        unique: list[Prompt] = []
+        rows = []
+        for pr in prompts:
+            key = prompt_key(pr)
+            if key not in row_of:
+                row_of[key] = len(unique)
+                unique.append(pr)
+            rows.append(row_of[key])
         self.stats["prompts"] += len(prompts)
         self.stats["prefilled"] += len(unique)
         feats = [[p.image_features(img) for img in pr.images] for pr in unique]
@@ -110,8 +112,9 @@ class TransformersEngine:
         for t in range(params.max_new_tokens):
             # log-probs of the model's own distribution (raw logits / T), which is what the trainer
             # computes (rlfw.policy.sequence_logprobs at algo.temperature); banned tokens are never sampled
-            logp_all = torch.log_softmax(logits / temperature, -1)
-            token = _sample(logits / temperature, banned, params)
+            scaled = logits / temperature
+            logp_all = torch.log_softmax(scaled, -1)
+            token = _sample(scaled, banned, params)
             token = torch.where(done, torch.full_like(token, p.pad_token_id), token)
             ids[:, t] = token
             logps[:, t] = logp_all.gather(-1, token[:, None]).squeeze(-1)
