@@ -94,6 +94,24 @@ def build_logger(cfg: Config, out_dir: Path):
     return MetricLogger(cfg.logger, out_dir, total_steps=cfg.trainer.total_steps, run_config=cfg)
 
 
+def training_filter(env: EnvConfig, heldout_size: int = 0) -> Callable[[int], bool] | None:
+    """`allowed(seed)`: whether a training seed's layout stays clear of every evaluation maze
+    (`envs.eval_sets.reserved_keys`, with at least `heldout_size` held-out layouts). None when the
+    env cannot export layouts, so there is nothing to compare."""
+    from envs.eval_sets import RESERVED_HELDOUT, layout_key, reserved_keys
+
+    probe = make_env_fn(env)().unwrapped
+    if not hasattr(probe, "layout"):
+        return None
+    reserved = reserved_keys(env.id, max(RESERVED_HELDOUT, heldout_size), **env_kwargs(env))
+
+    def allowed(seed: int) -> bool:
+        probe.reset(seed=seed)
+        return layout_key(probe.layout()) not in reserved
+
+    return allowed
+
+
 def eval_tasks(env: EnvConfig, eval_set: str | None = None, size: int | None = None):
     """Evaluation tasks and their layouts (None when the env cannot export layouts).
 

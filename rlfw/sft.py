@@ -4,8 +4,8 @@ Each training example is one turn in exactly the format the RL rollout uses with
 (the user turn built by `rlfw.rollout.agent_loop.turn_message`: current image, task prompt, last
 step's feedback), followed by the oracle's action and `<|im_end|>`; only those two tokens carry
 loss. Demonstrations come from fresh training mazes (seeds in `envs.eval_sets.TRAIN_SEEDS`), never
-from evaluation seeds. Evaluation is greedy pass@1 on held-out mazes and on `eval64`, through the
-same `rlfw.evaluate` as RL. The result is a Hugging Face style folder (model, tokenizer, image
+an evaluation maze (`rlfw.build.training_filter`). Evaluation is greedy pass@1 on held-out mazes
+and on `eval64`, through the same `rlfw.evaluate` as RL. The result is a Hugging Face style folder (model, tokenizer, image
 processor) that `model.path=` accepts.
 
     python -m rlfw.sft                                   # to convergence (sft.steps)
@@ -19,6 +19,7 @@ import json
 import math
 import time
 from pathlib import Path
+from typing import Callable
 
 import hydra
 import numpy as np
@@ -36,17 +37,21 @@ register_configs()
 class DemoSampler:
     """Oracle-labelled states from fresh training mazes, as (image, task text, feedback, action)."""
 
-    def __init__(self, make_env, seed: int, mode: str, noise: float):
+    def __init__(self, make_env, seed: int, mode: str, noise: float, allowed: Callable[[int], bool] | None = None):
         from envs.eval_sets import TRAIN_SEEDS
 
         self.env = make_env()
         self.rng = np.random.default_rng(seed)
         self.seeds = TRAIN_SEEDS
-        self.mode, self.noise = mode, noise
+        self.mode, self.noise, self.allowed = mode, noise, allowed
         self.n_moves = len(self.env.unwrapped.action_strings) - 1  # the last action is stop
 
     def _seed(self) -> int:
-        return int(self.rng.integers(self.seeds.start, self.seeds.stop))
+        """A training seed whose maze is not an evaluation maze (`allowed`, see rlfw.build.training_filter)."""
+        while True:
+            seed = int(self.rng.integers(self.seeds.start, self.seeds.stop))
+            if self.allowed is None or self.allowed(seed):
+                return seed
 
     def _label(self, obs: dict, task: str, feedback: str) -> tuple:
         return obs["image"], task, feedback, self.env.unwrapped.best_action()
@@ -125,7 +130,8 @@ def save_checkpoint(model, processor: PolicyProcessor, path: Path, info: dict) -
 
 
 def run_sft(cfg: SFTRunConfig) -> dict:
-    from rlfw.build import build_policy_model, eval_tasks, make_env_fn, prepare_base_model, seed_everything
+    from rlfw.build import (build_policy_model, eval_tasks, make_env_fn, prepare_base_model, seed_everything,
+                            training_filter)
     from rlfw.evaluate import evaluate
     from rlfw.logging import MetricLogger
     from rlfw.policy import sequence_logprobs
@@ -143,7 +149,7 @@ def run_sft(cfg: SFTRunConfig) -> dict:
     params = [p for p in model.parameters() if p.requires_grad]
     optimizer = torch.optim.AdamW(params, lr=s.lr, weight_decay=s.weight_decay)
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, sft_lr(s))
-    sampler = DemoSampler(make_env, cfg.seed, s.states, s.noise)
+    sampler = DemoSampler(make_env, cfg.seed, s.states, s.noise, training_filter(cfg.env, s.eval_size))
     limits = LoopLimits(max_turns=cfg.env.max_turns, max_new_tokens=cfg.env.max_new_tokens,
                         max_episode_tokens=cfg.env.max_episode_tokens, history="none")
     sets = {cfg.env.eval_set: eval_tasks(cfg.env), "heldout": eval_tasks(cfg.env, "heldout", s.eval_size)}

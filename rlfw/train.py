@@ -13,13 +13,14 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
+from typing import Callable
 
 import numpy as np
 import torch
 
 from rlfw import checkpoint
 from rlfw.algos import get_adv_est, nonconstant_groups, step_advantages
-from rlfw.build import eval_tasks, make_env_fn
+from rlfw.build import eval_tasks, make_env_fn, training_filter
 from rlfw.config import AlgoConfig, Config
 from rlfw.evaluate import episode_metrics, evaluate
 from rlfw.models.processing import PolicyProcessor
@@ -33,12 +34,18 @@ def step_seed(seed: int, step: int, round_: int = 0) -> int:
     return int(np.random.default_rng([seed, step, round_]).integers(2**31))
 
 
-def training_tasks(seed: int, step: int, round_: int, n: int) -> list[Task]:
-    """Step `step`'s tasks: generator seeds drawn from envs.eval_sets.TRAIN_SEEDS (never held-out seeds)."""
+def training_tasks(seed: int, step: int, round_: int, n: int, allowed: Callable[[int], bool] | None = None) -> list[Task]:
+    """Step `step`'s tasks: generator seeds drawn from envs.eval_sets.TRAIN_SEEDS (never held-out
+    seeds); a seed whose layout `allowed` rejects (an evaluation maze) is replaced by a fresh draw."""
     from envs.eval_sets import TRAIN_SEEDS
 
     rng = np.random.default_rng([seed, step, round_, 1])
-    return [Task(seed=int(s)) for s in rng.integers(TRAIN_SEEDS.start, TRAIN_SEEDS.stop, size=n)]
+    seeds = []
+    for s in rng.integers(TRAIN_SEEDS.start, TRAIN_SEEDS.stop, size=n).tolist():
+        while allowed is not None and not allowed(s):
+            s = int(rng.integers(TRAIN_SEEDS.start, TRAIN_SEEDS.stop))
+        seeds.append(s)
+    return [Task(seed=s) for s in seeds]
 
 
 def limits_of(cfg: Config) -> LoopLimits:
@@ -47,7 +54,8 @@ def limits_of(cfg: Config) -> LoopLimits:
                       max_episode_tokens=e.max_episode_tokens, history=e.history)
 
 
-def rollout_step(cfg: Config, step: int, engine, processor, envs, timers: dict) -> tuple[list[Episode], int]:
+def rollout_step(cfg: Config, step: int, engine, processor, envs, timers: dict,
+                 allowed: Callable[[int], bool] | None = None) -> tuple[list[Episode], int]:
     """Collect a step's episodes; with dynamic sampling, keep (and top up) informative groups only."""
     a = cfg.algo
     params = SamplingParams(temperature=a.temperature, top_p=a.top_p, max_new_tokens=cfg.env.max_new_tokens)
@@ -56,7 +64,8 @@ def rollout_step(cfg: Config, step: int, engine, processor, envs, timers: dict) 
     for r in range(rounds):
         need = a.train_batch_size - len({e.group_id for e in kept})
         engine.set_seed(step_seed(cfg.seed, step, r))
-        episodes = collect(engine, processor, envs, training_tasks(cfg.seed, step, r, need), a.n_samples_per_prompt,
+        episodes = collect(engine, processor, envs, training_tasks(cfg.seed, step, r, need, allowed),
+                           a.n_samples_per_prompt,
                            params, limits_of(cfg), timers=timers)
         for e in episodes:
             e.group_id += r * a.train_batch_size  # unique across rounds
@@ -131,6 +140,8 @@ def train(cfg: Config, out_dir: Path, model_path: str, policy, engine, logger) -
 
     sets = {cfg.env.name: eval_tasks(cfg.env)}
     heldout = eval_tasks(cfg.env, "heldout", t.heldout_eval_size) if t.heldout_eval_size else None
+    # never train on a maze this run (or any rlfw run) evaluates on
+    allowed = training_filter(cfg.env, max(t.heldout_eval_size, cfg.env.eval_size if cfg.env.eval_set == "heldout" else 0))
     envs = [make_env() for _ in range(max(a.train_batch_size * a.n_samples_per_prompt,
                                           *(len(tasks) for tasks, _ in [*sets.values(), heldout or ([], None)])))]
 
@@ -166,7 +177,7 @@ def train(cfg: Config, out_dir: Path, model_path: str, policy, engine, logger) -
         t_step, timers = time.perf_counter(), {}
         for attempt in range(cfg.cluster.max_engine_restarts + 1):
             try:
-                episodes, rounds = rollout_step(cfg, step, engine, processor, envs, timers)
+                episodes, rounds = rollout_step(cfg, step, engine, processor, envs, timers, allowed)
                 break
             except EngineFailure as exc:
                 if attempt == cfg.cluster.max_engine_restarts:

@@ -13,6 +13,7 @@ from envs.eval_sets import (
     EvalSetSpec,
     layout_key,
     load_eval_set,
+    reserved_keys,
     solvable_fraction,
     solvable_within,
 )
@@ -136,3 +137,11 @@ def test_generated_set_other_sizes_and_envs():
 def test_eval_set_errors(call, message):
     with pytest.raises(ValueError, match=message):
         call()
+
+
+def test_reserved_keys_cover_the_fixed_sets_and_the_first_heldout_layouts():
+    keys = reserved_keys(n_heldout=8)
+    for name in ("eval64", "eval64_hard"):
+        assert {layout_key(r) for r in load_eval_set(name)} <= keys
+    assert {layout_key(r) for r in load_eval_set("generated", n=8)} <= keys
+    assert layout_key(load_eval_set("generated", n=1, seed_start=HELD_OUT_SEED_START + 8)[0]) not in keys
