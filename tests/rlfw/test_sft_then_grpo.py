@@ -1,4 +1,4 @@
-"""The whole story, shortened (slow: about 15 minutes on 2 cores): SFT, then GRPO from the SFT
+"""The whole story, shortened (slow: about 13 minutes on 2 cores): SFT, then GRPO from the SFT
 checkpoint through the real CLI, and greedy pass@1 on held-out mazes must rise above the SFT start.
 
 The long SFT phase is the shipped checkpoint's (`checkpoints/tiny_vl_maze_sft`, about 40 minutes to
