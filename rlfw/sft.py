@@ -5,8 +5,8 @@ Each training example is one turn in exactly the format the RL rollout uses with
 step's feedback), followed by the oracle's action and `<|im_end|>`; only those two tokens carry
 loss. Demonstrations come from fresh training mazes (seeds in `envs.eval_sets.TRAIN_SEEDS`), never
 an evaluation maze (`rlfw.build.training_filter`). Evaluation is greedy pass@1 on held-out mazes
-and on `eval64`, through the same `rlfw.evaluate` as RL. The result is a Hugging Face style folder (model, tokenizer, image
-processor) that `model.path=` accepts.
+and on `eval64`, through the same `rlfw.evaluate` as RL. The result is a Hugging Face style folder
+(model, tokenizer, image processor) that `model.path=` accepts.
 
     python -m rlfw.sft                                   # to convergence (sft.steps)
     python -m rlfw.sft sft.stop_at_pass_at_1=0.45        # an early checkpoint for GRPO to refine

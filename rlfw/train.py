@@ -34,7 +34,8 @@ def step_seed(seed: int, step: int, round_: int = 0) -> int:
     return int(np.random.default_rng([seed, step, round_]).integers(2**31))
 
 
-def training_tasks(seed: int, step: int, round_: int, n: int, allowed: Callable[[int], bool] | None = None) -> list[Task]:
+def training_tasks(seed: int, step: int, round_: int, n: int,
+                   allowed: Callable[[int], bool] | None = None) -> list[Task]:
     """Step `step`'s tasks: generator seeds drawn from envs.eval_sets.TRAIN_SEEDS (never held-out
     seeds); a seed whose layout `allowed` rejects (an evaluation maze) is replaced by a fresh draw."""
     from envs.eval_sets import TRAIN_SEEDS
@@ -64,9 +65,9 @@ def rollout_step(cfg: Config, step: int, engine, processor, envs, timers: dict,
     for r in range(rounds):
         need = a.train_batch_size - len({e.group_id for e in kept})
         engine.set_seed(step_seed(cfg.seed, step, r))
-        episodes = collect(engine, processor, envs, training_tasks(cfg.seed, step, r, need, allowed),
-                           a.n_samples_per_prompt,
-                           params, limits_of(cfg), timers=timers)
+        tasks = training_tasks(cfg.seed, step, r, need, allowed)
+        episodes = collect(engine, processor, envs, tasks, a.n_samples_per_prompt, params, limits_of(cfg),
+                           timers=timers)
         for e in episodes:
             e.group_id += r * a.train_batch_size  # unique across rounds
         if a.dynamic_sampling != "off":
@@ -141,7 +142,8 @@ def train(cfg: Config, out_dir: Path, model_path: str, policy, engine, logger) -
     sets = {cfg.env.name: eval_tasks(cfg.env)}
     heldout = eval_tasks(cfg.env, "heldout", t.heldout_eval_size) if t.heldout_eval_size else None
     # never train on a maze this run (or any rlfw run) evaluates on
-    allowed = training_filter(cfg.env, max(t.heldout_eval_size, cfg.env.eval_size if cfg.env.eval_set == "heldout" else 0))
+    heldout_used = max(t.heldout_eval_size, cfg.env.eval_size if cfg.env.eval_set == "heldout" else 0)
+    allowed = training_filter(cfg.env, heldout_used)
     envs = [make_env() for _ in range(max(a.train_batch_size * a.n_samples_per_prompt,
                                           *(len(tasks) for tasks, _ in [*sets.values(), heldout or ([], None)])))]
 

@@ -33,4 +33,3 @@ def test_demonstrations_skip_rejected_mazes():
                           allowed=lambda s: seen.append(s) or s % 3 == 0)
     seeds = [sampler._seed() for _ in range(20)]
     assert all(s % 3 == 0 for s in seeds) and len(seen) > len(seeds)
-

@@ -94,7 +94,8 @@ def test_dynamic_sampling_drops_constant_groups(tmp_path, monkeypatch):
     make_env = make_env_fn(env)
     processor = PolicyProcessor.from_pretrained(prepare_base_model(model, make_env, tmp_path, 0))
     # every task starts off the target, so "stop" fails in every episode: all groups are constant
-    monkeypatch.setattr(train_mod, "training_tasks", lambda seed, step, r, n, allowed=None: [Task(seed=10**6 + i) for i in range(n)])
+    monkeypatch.setattr(train_mod, "training_tasks",
+                        lambda seed, step, r, n, allowed=None: [Task(seed=10**6 + i) for i in range(n)])
     for mode, expected_rounds in [("drop", 1), ("resample", 3)]:
         cfg = Config(algo=AlgoConfig(name="dapo", n_samples_per_prompt=2, train_batch_size=2, mini_batch_size=2,
                                      dynamic_sampling=mode, max_sample_rounds=3), env=env, model=model)
