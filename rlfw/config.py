@@ -205,6 +205,9 @@ class ClusterConfig:
     """torch.set_num_threads in each worker (colocated workers alternate, so they can share all cores)."""
     max_engine_restarts: int = 3
     """Times Ray restarts a dead rollout engine; the interrupted step's rollouts are redone."""
+    max_trainer_restarts: int = 2
+    """Times a dead trainer worker is replaced (with fresh engines) and the run resumed from its latest
+    checkpoint; needs trainer.ckpt_interval > 0, else the run stops with the resume command."""
     placement_timeout_s: float = 60.0
     """Seconds to wait for the placement group before failing with a clear message."""
     ray_address: Optional[str] = None
@@ -409,6 +412,9 @@ def validate(cfg: Config) -> None:
                      ("trainer.total_steps", cfg.trainer.total_steps)]:
         if val < 1:
             errs.append(f"{key}={val} must be >= 1")
+    if c.max_engine_restarts < 0 or c.max_trainer_restarts < 0:
+        errs.append(f"cluster.max_engine_restarts={c.max_engine_restarts} and cluster.max_trainer_restarts="
+                    f"{c.max_trainer_restarts} must be >= 0")
     if a.lr <= 0:
         errs.append(f"algo.lr={a.lr} must be > 0")
     if a.warmup_steps < 0 or not 0 <= a.min_lr_ratio <= 1:

@@ -23,15 +23,26 @@ class PlacementError(RuntimeError):
     pass
 
 
+class TrainerFailure(RuntimeError):
+    """The trainer worker died; `rlfw.run` replaces the runtime and resumes from the latest checkpoint."""
+
+
 class _Proxy:
-    """Synchronous method calls on a Ray actor: proxy.update(x) == ray.get(actor.update.remote(x))."""
+    """Synchronous method calls on the trainer actor: proxy.update(x) == ray.get(actor.update.remote(x))."""
 
     def __init__(self, actor):
         self.actor = actor
 
     def __getattr__(self, name):
         method = getattr(self.actor, name)
-        return lambda *args, **kwargs: ray.get(method.remote(*args, **kwargs))
+
+        def call(*args, **kwargs):
+            try:
+                return ray.get(method.remote(*args, **kwargs))
+            except (ray.exceptions.RayActorError, ray.exceptions.ActorUnavailableError) as exc:
+                raise TrainerFailure(f"the trainer worker died during {name}() ({type(exc).__name__})") from exc
+
+        return call
 
 
 def _ray_call(calls):

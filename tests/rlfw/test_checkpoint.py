@@ -95,9 +95,13 @@ def test_preflight_rejects_unwritable_location(tmp_path):
         checkpoint.CheckpointStore(str(blocker / "ckpts")).preflight()
 
 
+def _cmd(out: Path, *extra: str) -> list[str]:
+    return [sys.executable, "-m", "rlfw.run", "experiment=debug", "trainer.total_steps=4", "trainer.ckpt_interval=1",
+            "trainer.eval_interval=2", "algo.entropy_coef=0.01", f"trainer.output_dir={out}", *extra]
+
+
 def _run(out: Path, *extra: str, kill_when=None) -> subprocess.CompletedProcess | None:
-    cmd = [sys.executable, "-m", "rlfw.run", "experiment=debug", "trainer.total_steps=4", "trainer.ckpt_interval=1",
-           "trainer.eval_interval=2", "algo.entropy_coef=0.01", f"trainer.output_dir={out}", *extra]
+    cmd = _cmd(out, *extra)
     if kill_when is None:
         proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600)
         assert proc.returncode == 0, proc.stderr[-3000:]
@@ -157,6 +161,33 @@ def test_killed_run_resumes_to_the_uninterrupted_result(straight, tmp_path, mome
     for name in final_a:
         assert torch.equal(final_a[name], final_b[name]), name  # bit-for-bit on CPU
     assert _history(straight) == _history(killed)
+
+
+def test_killed_trainer_is_replaced_and_the_run_ends_as_if_uninterrupted(straight, tmp_path):
+    out, log = tmp_path / "trainer_killed", tmp_path / "trainer_killed.log"
+    with open(log, "w") as sink:
+        proc = subprocess.Popen(_cmd(out), cwd=ROOT, stdout=sink, stderr=subprocess.STDOUT, start_new_session=True)
+        try:
+            deadline = time.time() + 300
+            while not _kill_points(out)["rollout"]():  # step 3's rollout is under way
+                assert proc.poll() is None and time.time() < deadline
+                time.sleep(0.005)
+            pids = subprocess.run(["pgrep", "-f", "ray::PolicyWorker"], capture_output=True, text=True).stdout.split()
+            assert pids, "no trainer worker process found"
+            for pid in pids:
+                os.kill(int(pid), signal.SIGKILL)
+            proc.wait(timeout=600)
+        finally:
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGKILL)
+    output = log.read_text()
+    assert proc.returncode == 0, output[-3000:]
+    assert "trainer worker died" in output and "resumed from" in output, output[-3000:]
+    final_a = load_file(str(straight / "lora_sync" / "v4" / "adapter_model.safetensors"))
+    final_b = load_file(str(out / "lora_sync" / "v4" / "adapter_model.safetensors"))
+    for name in final_a:
+        assert torch.equal(final_a[name], final_b[name]), name
+    assert _history(straight) == _history(out)
 
 
 def test_resume_of_a_finished_run_runs_no_more_steps(straight, tmp_path):

@@ -77,6 +77,7 @@ def test_wrong_type_fails_at_compose():
         (["trainer.heldout_eval_size=64", "trainer.eval_interval=0"], "trainer.heldout_eval_size"),
         (["cluster.engine_backend=vllm"], "vllm"),
         (["trainer.resume_mode=from_path"], "trainer.resume_path"),
+        (["cluster.max_trainer_restarts=-1"], "cluster.max_trainer_restarts=-1"),
     ],
 )
 def test_cross_field_errors_say_how_to_fix(overrides, needle):
