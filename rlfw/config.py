@@ -412,9 +412,10 @@ def validate(cfg: Config) -> None:
                      ("trainer.total_steps", cfg.trainer.total_steps)]:
         if val < 1:
             errs.append(f"{key}={val} must be >= 1")
-    if c.max_engine_restarts < 0 or c.max_trainer_restarts < 0:
-        errs.append(f"cluster.max_engine_restarts={c.max_engine_restarts} and cluster.max_trainer_restarts="
-                    f"{c.max_trainer_restarts} must be >= 0")
+    for key, val in [("cluster.max_engine_restarts", c.max_engine_restarts),
+                     ("cluster.max_trainer_restarts", c.max_trainer_restarts)]:
+        if val < 0:
+            errs.append(f"{key}={val} must be >= 0")
     if a.lr <= 0:
         errs.append(f"algo.lr={a.lr} must be > 0")
     if a.warmup_steps < 0 or not 0 <= a.min_lr_ratio <= 1:

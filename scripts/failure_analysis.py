@@ -21,19 +21,18 @@ from pathlib import Path
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
-from envs.actions import STOP, parse_action
+from envs.actions import DELTAS, STOP, parse_action
+from envs.layout import parse_layout
 from rlfw.build import eval_tasks, make_env_fn
 from rlfw.config import register_configs, repo_root
 
 KINDS = ("corridor", "junction", "dead_end", "on_target")
 
 
-def square_kind(env, best: str) -> str:
-    if best == env.action_strings[STOP]:
-        return "on_target"
-    (r, c), (h, w) = env._agent, env.shape
-    open_ = sum(0 <= r + dr < h and 0 <= c + dc < w and not env._blocked[r + dr][c + dc]
-                for dr, dc in ((0, 1), (-1, 0), (0, -1), (1, 0)))
+def square_kind(walls, agent) -> str:
+    """corridor (two open neighbours), junction (three or four) or dead_end (one)."""
+    (r, c), (h, w) = agent, walls.shape
+    open_ = sum(0 <= r + dr < h and 0 <= c + dc < w and not walls[r + dr, c + dc] for dr, dc in DELTAS)
     return "junction" if open_ >= 3 else "dead_end" if open_ == 1 else "corridor"
 
 
@@ -42,17 +41,18 @@ def analyse(env, tasks, episodes: list[dict]) -> dict:
     with_error = recovered = 0
     for ep in episodes:
         task = tasks[ep["index"]]
-        env.reset(seed=task.seed, options={"layout": task.layout} if task.layout else None)
+        info = env.reset(seed=task.seed, options={"layout": task.layout} if task.layout else None)[1]
+        walls = parse_layout(env.layout())[0]
         visits, bumps, wrong = Counter(), 0, False
         for text in ep["actions"]:  # the policy's generated text, as the env received it
-            best = env.best_action()
+            best = env.action_strings.index(env.best_action())
             if not wrong:
-                kind = square_kind(env, best)
+                kind = "on_target" if best == STOP else square_kind(walls, info["agent"])
                 at_risk[kind] += 1
-                if parse_action(text, env.action_format) != env.action_strings.index(best):
+                if parse_action(text, env.action_format) != best:
                     wrong = True
                     first_wrong[kind] += 1
-            visits[env._agent] += 1
+            visits[info["agent"]] += 1
             info = env.step(text)[-1]
             bumps = bumps + 1 if info["wall_bump"] else 0
         with_error += wrong
