@@ -130,14 +130,15 @@ class CheckpointStore:
             if free < 64 << 20:
                 raise CheckpointError(f"trainer.ckpt_path={self.url} has {free >> 20} MiB free; need at least 64 MiB")
 
-    def save(self, step: int, policy, config, max_to_keep: int) -> str:
-        """Write global_step_<step> completely, then point at it; prune to `max_to_keep` (0 keeps all)."""
+    def save(self, step: int, policy, config, max_to_keep: int, elapsed_min: float = 0.0) -> str:
+        """Write global_step_<step> completely, then point at it; prune to `max_to_keep` (0 keeps all).
+        `elapsed_min` (the run's wall time so far) goes into the trainer state for a resume to count on from."""
         fs, final, staging = self.fs, self._p(f"global_step_{step}"), self._p(f"global_step_{step}.tmp")
         if fs.exists(staging):
             fs.rm(staging, recursive=True)
         fs.makedirs(staging, exist_ok=True)
         manifest = {POLICY_STATE: policy.save_checkpoint(self.url_of(f"{staging}/{POLICY_STATE}"), self.storage_options)}
-        state = {"global_step": step, "rng": driver_rng_state()}
+        state = {"global_step": step, "elapsed_min": elapsed_min, "rng": driver_rng_state()}
         manifest["trainer_state.json"] = write_file(fs, f"{staging}/trainer_state.json",
                                                     json.dumps(state, default=_json_default).encode())
         manifest["config.yaml"] = write_file(fs, f"{staging}/config.yaml",

@@ -112,23 +112,24 @@ def turn_returns(episodes: list[Episode], gamma: float) -> tuple[torch.Tensor, t
     return torch.tensor(returns, dtype=torch.float32), torch.tensor(ids, dtype=torch.long)
 
 
-def resume(cfg: Config, store: checkpoint.CheckpointStore, policy, logger) -> int:
-    """Load the checkpoint resume_mode asks for; return the step to continue after (0 = fresh)."""
+def resume(cfg: Config, store: checkpoint.CheckpointStore, policy, logger) -> tuple[int, float]:
+    """Load the checkpoint resume_mode asks for; return the step to continue after (0 = fresh) and the
+    run's wall time up to that checkpoint, in minutes (work lost after it is not counted)."""
     t = cfg.trainer
     if t.resume_mode == "none":
-        return 0
+        return 0, 0.0
     found = store.resolve(t.resume_path) if t.resume_mode == "from_path" else store.find_resume(logger.message)
     if found is None:
         logger.message(f"resume_mode=latest: no valid checkpoint under {t.ckpt_path}; starting fresh")
         logger.truncate_after(-1)  # whatever an earlier attempt logged here is not part of this run
-        return 0
+        return 0, 0.0
     for change in store.check_config(found.path, cfg, t.resume_ignore_config_changes):
         logger.message(f"warning: resuming with a changed setting: {change}")
     policy.load_checkpoint(store.url_of(f"{found.path}/{checkpoint.POLICY_STATE}"), store.storage_options)
-    store.load_trainer_state(found.path)
+    state = store.load_trainer_state(found.path)
     logger.truncate_after(found.step)
     logger.message(f"resumed from {store.url_of(found.path)} (step {found.step})")
-    return found.step
+    return found.step, state.get("elapsed_min", 0.0)
 
 
 def train(cfg: Config, out_dir: Path, model_path: str, policy, engine, logger) -> dict:
@@ -167,9 +168,9 @@ def train(cfg: Config, out_dir: Path, model_path: str, policy, engine, logger) -
             logger.message(f"step {step}: eval/{name}/pass_at_1={metrics[f'eval/{name}/pass_at_1']:.3f}"
                            + (f" (solvable within {cfg.env.max_turns} turns: {ceiling:.3f})" if ceiling is not None else ""))
 
-    started = time.perf_counter()
     store = checkpoint.CheckpointStore(t.ckpt_path, t.ckpt_storage_options)
-    start = resume(cfg, store, policy, logger)
+    start, elapsed_before = resume(cfg, store, policy, logger)
+    started = time.perf_counter() - 60 * elapsed_before  # timing/elapsed_min runs on across resumes
     policy.save_weights(str(sync_root), start)  # engines start from exactly the trainer's weights
     engine.load_weights(str(sync_root))
     if t.eval_interval and t.eval_before_train and start == 0:
@@ -215,7 +216,7 @@ def train(cfg: Config, out_dir: Path, model_path: str, policy, engine, logger) -
             run_eval(step)
         if t.ckpt_interval and (step % t.ckpt_interval == 0 or step == t.total_steps):
             t0 = time.perf_counter()
-            store.save(step, policy, cfg, t.max_ckpts_to_keep)
+            store.save(step, policy, cfg, t.max_ckpts_to_keep, (time.perf_counter() - started) / 60)
             logger.log(step, {"timing/checkpoint": time.perf_counter() - t0})
         if t.hf_save_interval and (step % t.hf_save_interval == 0 or step == t.total_steps):
             policy.export_pretrained(store.url_of(f"{store.root}/global_step_{step}/policy"), store.storage_options)

@@ -154,6 +154,9 @@ def _kill_points(out: Path) -> dict:
 def test_killed_run_resumes_to_the_uninterrupted_result(straight, tmp_path, moment):
     killed = tmp_path / "killed"
     _run(killed, kill_when=_kill_points(killed)[moment])
+    complete = [p for p in (killed / "checkpoints").glob("global_step_[0-9]") if (p / "manifest.json").exists()]
+    latest = max(complete, key=lambda p: int(p.name.split("_")[-1]))  # the one the resume will load
+    state = json.loads((latest / "trainer_state.json").read_text())
     proc = _run(killed, "trainer.resume_mode=latest")
     assert "resumed from" in proc.stdout + proc.stderr
     final_a = load_file(str(straight / "lora_sync" / "v4" / "adapter_model.safetensors"))
@@ -161,6 +164,13 @@ def test_killed_run_resumes_to_the_uninterrupted_result(straight, tmp_path, mome
     for name in final_a:
         assert torch.equal(final_a[name], final_b[name]), name  # bit-for-bit on CPU
     assert _history(straight) == _history(killed)
+    # the run's clock goes on from the checkpoint's: the last evaluation's elapsed time holds the
+    # time up to the checkpoint resumed from and the resumed steps themselves
+    rows = [json.loads(line) for line in (killed / "metrics.jsonl").read_text().splitlines()]
+    resumed_steps = sum(r["timing/step"] for r in rows if r["step"] > state["global_step"] and "timing/step" in r)
+    elapsed = [r["timing/elapsed_min"] for r in rows if "timing/elapsed_min" in r]
+    assert elapsed == sorted(elapsed)
+    assert elapsed[-1] >= state["elapsed_min"] + resumed_steps / 60 > 0
 
 
 def test_killed_trainer_is_replaced_and_the_run_ends_as_if_uninterrupted(straight, tmp_path):
