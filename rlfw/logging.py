@@ -106,12 +106,10 @@ class MetricLogger:
         """Advance the bar to `step` and show the headline numbers."""
         if self.bar is None:
             return
-        keys = {"reward": "train/reward_mean", "solved": "train/success_rate", "pass@1": None}
-        shown = {k: f"{self.last[v]:.3f}" for k, v in keys.items() if v and v in self.last}
-        evals = [k for k in self.last if k.startswith("eval/") and k.endswith("/pass_at_1") and "/all/" in k]
-        if evals:
-            shown["pass@1"] = f"{self.last[evals[0]]:.3f}"
-        self.bar.set_postfix(shown)
+        keys = {"reward": "train/reward_mean", "solved": "train/success_rate", "loss": "sft/loss",
+                "pass@1": "eval/all/pass_at_1" if "eval/all/pass_at_1" in self.last else "eval/heldout/pass_at_1"}
+        shown = {k: f"{self.last[v]:.3f}" for k, v in keys.items() if v in self.last}
+        self.bar.set_postfix(shown, refresh=False)  # drawn once, below
         self.bar.n = step
         self.bar.refresh()
 

@@ -1,0 +1,31 @@
+"""The console progress bar and metrics.jsonl behind MetricLogger."""
+
+import json
+
+from rlfw.config import LoggerConfig
+from rlfw.logging import MetricLogger
+
+
+def test_bar_shows_the_headline_numbers_once_per_step(tmp_path, capsys):
+    cfg = LoggerConfig(console=True, jsonl=True, tensorboard=False)
+    cfg.wandb.mode = "disabled"
+    logger = MetricLogger(cfg, tmp_path, total_steps=10)
+    logger.log(1, {"sft/loss": 0.25, "eval/heldout/pass_at_1": 0.5, "eval/eval64/pass_at_1": 0.75})
+    logger.progress(1)
+    drawn = [line for line in capsys.readouterr().err.replace("\r", "\n").splitlines() if "1/10" in line]
+    logger.close()
+    assert len(drawn) == 1, drawn  # one redraw per progress() call, not two
+    assert "loss=0.250" in drawn[0] and "pass@1=0.500" in drawn[0]  # SFT's loss and held-out pass@1
+    rows = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert rows == [{"step": 1, "sft/loss": 0.25, "eval/heldout/pass_at_1": 0.5, "eval/eval64/pass_at_1": 0.75}]
+
+
+def test_rl_runs_show_pass_at_1_over_all_evaluation_sets(tmp_path, capsys):
+    cfg = LoggerConfig(console=True, jsonl=False, tensorboard=False)
+    cfg.wandb.mode = "disabled"
+    logger = MetricLogger(cfg, tmp_path, total_steps=4)
+    logger.log(2, {"train/reward_mean": 0.5, "eval/all/pass_at_1": 0.625, "eval/heldout/pass_at_1": 0.1})
+    logger.progress(2)
+    logger.close()
+    err = capsys.readouterr().err
+    assert "reward=0.500" in err and "pass@1=0.625" in err
