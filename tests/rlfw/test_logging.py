@@ -6,26 +6,30 @@ from rlfw.config import LoggerConfig
 from rlfw.logging import MetricLogger
 
 
-def test_bar_shows_the_headline_numbers_once_per_step(tmp_path, capsys):
+def _logger(tmp_path, total_steps: int, metrics: dict) -> MetricLogger:
+    """A console + jsonl logger that has logged `metrics` at step 1 and drawn its bar."""
     cfg = LoggerConfig(console=True, jsonl=True, tensorboard=False)
     cfg.wandb.mode = "disabled"
-    logger = MetricLogger(cfg, tmp_path, total_steps=10)
-    logger.log(1, {"sft/loss": 0.25, "eval/heldout/pass_at_1": 0.5, "eval/eval64/pass_at_1": 0.75})
+    logger = MetricLogger(cfg, tmp_path, total_steps=total_steps)
+    logger.log(1, metrics)
     logger.progress(1)
+    return logger
+
+
+def test_bar_shows_the_headline_numbers_once_per_step(tmp_path, capsys):
+    metrics = {"sft/loss": 0.25, "eval/heldout/pass_at_1": 0.5, "eval/eval64/pass_at_1": 0.75}
+    logger = _logger(tmp_path, 10, metrics)
     drawn = [line for line in capsys.readouterr().err.replace("\r", "\n").splitlines() if "1/10" in line]
     logger.close()
     assert len(drawn) == 1, drawn  # one redraw per progress() call, not two
     assert "loss=0.250" in drawn[0] and "pass@1=0.500" in drawn[0]  # SFT's loss and held-out pass@1
     rows = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
-    assert rows == [{"step": 1, "sft/loss": 0.25, "eval/heldout/pass_at_1": 0.5, "eval/eval64/pass_at_1": 0.75}]
+    assert rows == [{"step": 1, **metrics}]
 
 
 def test_rl_runs_show_pass_at_1_over_all_evaluation_sets(tmp_path, capsys):
-    cfg = LoggerConfig(console=True, jsonl=False, tensorboard=False)
-    cfg.wandb.mode = "disabled"
-    logger = MetricLogger(cfg, tmp_path, total_steps=4)
-    logger.log(2, {"train/reward_mean": 0.5, "eval/all/pass_at_1": 0.625, "eval/heldout/pass_at_1": 0.1})
-    logger.progress(2)
+    logger = _logger(tmp_path, 4, {"train/reward_mean": 0.5, "eval/all/pass_at_1": 0.625,
+                                   "eval/heldout/pass_at_1": 0.1})
     logger.close()
     err = capsys.readouterr().err
     assert "reward=0.500" in err and "pass@1=0.625" in err
