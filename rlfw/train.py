@@ -161,7 +161,7 @@ def train(cfg: Config, out_dir: Path, model_path: str, policy, engine, logger) -
             everything += episodes
         metrics.update(episode_metrics(everything, "eval/all"))
         metrics["timing/eval"] = time.perf_counter() - t0
-        metrics["timing/elapsed_min"] = (time.perf_counter() - started) / 60
+        metrics["timing/elapsed_min"] = elapsed_min()
         logger.log(step, metrics)
         for name, (_, layouts) in chosen.items():
             ceiling = metrics.get(f"eval/{name}/solvable_fraction")
@@ -171,6 +171,10 @@ def train(cfg: Config, out_dir: Path, model_path: str, policy, engine, logger) -
     store = checkpoint.CheckpointStore(t.ckpt_path, t.ckpt_storage_options)
     start, elapsed_before = resume(cfg, store, policy, logger)
     started = time.perf_counter() - 60 * elapsed_before  # timing/elapsed_min runs on across resumes
+
+    def elapsed_min() -> float:
+        return (time.perf_counter() - started) / 60
+
     policy.save_weights(str(sync_root), start)  # engines start from exactly the trainer's weights
     engine.load_weights(str(sync_root))
     if t.eval_interval and t.eval_before_train and start == 0:
@@ -216,7 +220,7 @@ def train(cfg: Config, out_dir: Path, model_path: str, policy, engine, logger) -
             run_eval(step)
         if t.ckpt_interval and (step % t.ckpt_interval == 0 or step == t.total_steps):
             t0 = time.perf_counter()
-            store.save(step, policy, cfg, t.max_ckpts_to_keep, (time.perf_counter() - started) / 60)
+            store.save(step, policy, cfg, t.max_ckpts_to_keep, elapsed_min())
             logger.log(step, {"timing/checkpoint": time.perf_counter() - t0})
         if t.hf_save_interval and (step % t.hf_save_interval == 0 or step == t.total_steps):
             policy.export_pretrained(store.url_of(f"{store.root}/global_step_{step}/policy"), store.storage_options)

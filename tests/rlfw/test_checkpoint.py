@@ -126,6 +126,15 @@ def _history(out: Path) -> list[dict]:
     return [r for r in rows if len(r) > 1]
 
 
+def _assert_same_result(a: Path, b: Path) -> None:
+    """The same final adapter, bit for bit on CPU, and the same metrics history."""
+    final_a = load_file(str(a / "lora_sync" / "v4" / "adapter_model.safetensors"))
+    final_b = load_file(str(b / "lora_sync" / "v4" / "adapter_model.safetensors"))
+    for name in final_a:
+        assert torch.equal(final_a[name], final_b[name]), name
+    assert _history(a) == _history(b)
+
+
 @pytest.fixture(scope="module")
 def straight(tmp_path_factory):
     """The uninterrupted reference run (with an inference export at the end)."""
@@ -154,16 +163,11 @@ def _kill_points(out: Path) -> dict:
 def test_killed_run_resumes_to_the_uninterrupted_result(straight, tmp_path, moment):
     killed = tmp_path / "killed"
     _run(killed, kill_when=_kill_points(killed)[moment])
-    complete = [p for p in (killed / "checkpoints").glob("global_step_[0-9]") if (p / "manifest.json").exists()]
-    latest = max(complete, key=lambda p: int(p.name.split("_")[-1]))  # the one the resume will load
-    state = json.loads((latest / "trainer_state.json").read_text())
+    latest = checkpoint.CheckpointStore(str(killed / "checkpoints")).find_resume(lambda _: None)  # what resume loads
+    state = json.loads((Path(latest.path) / "trainer_state.json").read_text())
     proc = _run(killed, "trainer.resume_mode=latest")
     assert "resumed from" in proc.stdout + proc.stderr
-    final_a = load_file(str(straight / "lora_sync" / "v4" / "adapter_model.safetensors"))
-    final_b = load_file(str(killed / "lora_sync" / "v4" / "adapter_model.safetensors"))
-    for name in final_a:
-        assert torch.equal(final_a[name], final_b[name]), name  # bit-for-bit on CPU
-    assert _history(straight) == _history(killed)
+    _assert_same_result(straight, killed)
     # the run's clock goes on from the checkpoint's: the last evaluation's elapsed time holds the
     # time up to the checkpoint resumed from and the resumed steps themselves
     rows = [json.loads(line) for line in (killed / "metrics.jsonl").read_text().splitlines()]
@@ -193,11 +197,7 @@ def test_killed_trainer_is_replaced_and_the_run_ends_as_if_uninterrupted(straigh
     output = log.read_text()
     assert proc.returncode == 0, output[-3000:]
     assert "trainer worker died" in output and "resumed from" in output, output[-3000:]
-    final_a = load_file(str(straight / "lora_sync" / "v4" / "adapter_model.safetensors"))
-    final_b = load_file(str(out / "lora_sync" / "v4" / "adapter_model.safetensors"))
-    for name in final_a:
-        assert torch.equal(final_a[name], final_b[name]), name
-    assert _history(straight) == _history(out)
+    _assert_same_result(straight, out)
 
 
 def test_resume_of_a_finished_run_runs_no_more_steps(straight, tmp_path):
