@@ -49,3 +49,14 @@ def test_plot_curves_and_before_after_table(tmp_path):
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "| eval64 | 0.400 (step 0) | 0.900 (step 5) | 1.000 |" in proc.stdout
     assert out.stat().st_size > 1000
+
+
+def test_bench_prompt_length_smoke():
+    """scripts/bench_prompt_length.py: both rows, and the cut prompt is `--cut` tokens shorter."""
+    proc = subprocess.run([sys.executable, "scripts/bench_prompt_length.py", "--batch", "2", "--steps", "2",
+                           "--threads", "1", "--cut", "30"], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    rows = {line.split("|")[1].strip(): line.split("|")[2] for line in proc.stdout.splitlines()
+            if line.startswith("| as used") or line.startswith("| 30 text tokens cut")}
+    assert float(rows["as used"]) - float(rows["30 text tokens cut"]) == 30
+    assert "speed-up from the shorter prompt" in proc.stdout
