@@ -100,6 +100,15 @@ def to_segment(processor: PolicyProcessor, image, task: str, feedback: str, acti
     return Segment(ids, [0] * len(prompt) + [1] * len(answer), [0.0] * len(ids), [image])
 
 
+def sft_loss(model, processor: PolicyProcessor, segments: list[Segment]):
+    """Mean negative log-likelihood of the supervised (assistant) tokens; also the log-probs [B, T-1]
+    and loss mask [B, T-1] it came from."""
+    from rlfw.policy import sequence_logprobs
+
+    logp, mask, _ = sequence_logprobs(model, processor, segments)
+    return -(logp * mask).sum() / mask.sum(), logp, mask
+
+
 def sft_lr(cfg: SFTConfig):
     decay_start = int(cfg.steps * (1 - cfg.decay_fraction))
 
@@ -134,7 +143,6 @@ def run_sft(cfg: SFTRunConfig) -> dict:
                             training_filter)
     from rlfw.evaluate import evaluate
     from rlfw.logging import MetricLogger
-    from rlfw.policy import sequence_logprobs
     from rlfw.rollout.engine import TransformersEngine
 
     validate_sft(cfg)
@@ -179,8 +187,7 @@ def run_sft(cfg: SFTRunConfig) -> dict:
     t_log, n_states = time.perf_counter(), 0
     for step in range(1, s.steps + 1):
         segments = [to_segment(processor, *state) for state in sampler.sample(s.batch_size)]
-        logp, mask, _ = sequence_logprobs(model, processor, segments)
-        loss = -(logp * mask).sum() / mask.sum()
+        loss, logp, mask = sft_loss(model, processor, segments)
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         grad_norm = torch.nn.utils.clip_grad_norm_(params, s.max_grad_norm)

@@ -24,9 +24,8 @@ sys.path.insert(0, str(ROOT))
 
 from rlfw.build import build_policy_model, make_env_fn  # noqa: E402
 from rlfw.config import LoraConfig, MazeEnvConfig, ModelConfig  # noqa: E402
-from rlfw.policy import sequence_logprobs  # noqa: E402
 from rlfw.rollout.types import Segment  # noqa: E402
-from rlfw.sft import DemoSampler, to_segment  # noqa: E402
+from rlfw.sft import DemoSampler, sft_loss, to_segment  # noqa: E402
 
 SHIPPED = ROOT / "checkpoints" / "tiny_vl_maze_sft"
 
@@ -43,8 +42,7 @@ def median_step(model, processor, optimizer, batches: list[list[Segment]]) -> fl
     times = []
     for segments in batches:
         t0 = time.perf_counter()
-        logp, mask, _ = sequence_logprobs(model, processor, segments)
-        loss = -(logp * mask).sum() / mask.sum()
+        loss = sft_loss(model, processor, segments)[0]
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         optimizer.step()
