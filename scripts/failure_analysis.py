@@ -2,6 +2,7 @@
 
     python scripts/failure_analysis.py runs/<run>                 # first and last evaluation
     python scripts/failure_analysis.py runs/<run> --steps 0 120
+    python scripts/failure_analysis.py runs/<run> --steps 120 --policy runs/<run>/lora_sync/v120
 
 For each evaluation set it prints pass@1; the error rate of the first wrong move, per kind of square
 (corridor: two open neighbours, junction: three or four, dead end: one), counted along each episode
@@ -9,6 +10,12 @@ until its first wrong move; how often an episode recovers after a wrong move; an
 (stopped off the target, stuck bumping into a wall, looping over the same squares, out of turns).
 A wrong move is any action other than the env's BFS-best one (`best_action()`); in a perfect maze
 that route is unique. Works for envs built on envs.gridnav.GridNavEnv.
+
+With `--policy` (the policy that played those episodes: a model folder, or a PEFT adapter folder on
+top of the run's `model.path`) it also reports how sure the policy was where it first went wrong:
+the probability it gave the oracle's move there. A policy unsure at those squares can still find the
+right move by sampling; one that is confidently wrong rarely samples it, so RL's outcome reward
+rarely gets to reward it.
 """
 
 from __future__ import annotations
@@ -18,6 +25,7 @@ import json
 from collections import Counter
 from pathlib import Path
 
+import torch
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
@@ -36,13 +44,49 @@ def square_kind(walls, agent) -> str:
     return "junction" if open_ >= 3 else "dead_end" if open_ == 1 else "corridor"
 
 
-def analyse(env, tasks, episodes: list[dict]) -> dict:
+def load_policy_for_scoring(path: Path, base: str | None):
+    """A model folder, or a PEFT adapter folder applied to `base` (the run's model.path). A folder
+    without processor files of its own (`lora_sync/vN`) uses the processor of `base`."""
+    from transformers import AutoModelForImageTextToText
+
+    from rlfw.models.processing import PolicyProcessor
+
+    adapter = (path / "adapter_config.json").exists()
+    processor_from = path if (path / "preprocessor_config.json").exists() else base
+    if base is None and (adapter or processor_from is None):
+        raise SystemExit(f"{path} needs the run's base model, and the run's model.path is not set")
+    processor = PolicyProcessor.from_pretrained(processor_from)
+    model = AutoModelForImageTextToText.from_pretrained(str(base if adapter else path), dtype=torch.float32)
+    if adapter:
+        from peft import PeftModel
+
+        model = PeftModel.from_pretrained(model, str(path))
+    return model, processor
+
+
+def move_prob(model, processor, obs: dict, task: str, feedback: str, action: str) -> float:
+    """The policy's probability of replying `action` (its text, then end of turn) to the turn the
+    rollout shows it with history none: the current image, the task text, the last feedback."""
+    from rlfw.policy import sequence_logprobs
+    from rlfw.sft import to_segment
+
+    segment = to_segment(processor, obs["image"], task, feedback, action)
+    with torch.no_grad():
+        logp, mask, _ = sequence_logprobs(model, processor, [segment])
+    return float((logp * mask).sum().exp())
+
+
+def analyse(env, tasks, episodes: list[dict], policy=None) -> dict:
+    """Replay `episodes` against the oracle; with `policy` (model, processor) also score, at each
+    episode's first wrong move, the probability the policy gave the oracle's move."""
     at_risk, first_wrong, ends = Counter(), Counter(), Counter()
+    oracle_prob: dict[str, list[float]] = {}
     with_error = recovered = 0
     for ep in episodes:
         task = tasks[ep["index"]]
-        info = env.reset(seed=task.seed, options={"layout": task.layout} if task.layout else None)[1]
+        obs, info = env.reset(seed=task.seed, options={"layout": task.layout} if task.layout else None)
         walls = parse_layout(env.layout())[0]
+        task_text, feedback = obs["text"], ""
         visits, bumps, wrong = Counter(), 0, False
         for text in ep["actions"]:  # the policy's generated text, as the env received it
             best = env.action_strings.index(env.best_action())
@@ -52,8 +96,12 @@ def analyse(env, tasks, episodes: list[dict]) -> dict:
                 if parse_action(text, env.action_format) != best:
                     wrong = True
                     first_wrong[kind] += 1
+                    if policy is not None:
+                        p = move_prob(*policy, obs, task_text, feedback, env.action_strings[best])
+                        oracle_prob.setdefault(kind, []).append(p)
             visits[info["agent"]] += 1
-            info = env.step(text)[-1]
+            obs, _, _, _, info = env.step(text)
+            feedback = obs["text"]
             bumps = bumps + 1 if info["wall_bump"] else 0
         with_error += wrong
         recovered += wrong and ep["success"]
@@ -63,7 +111,7 @@ def analyse(env, tasks, episodes: list[dict]) -> dict:
                  else "looping" if max(visits.values()) >= 3 else "out of turns"] += 1
     return {"episodes": len(episodes), "solved": sum(ep["success"] for ep in episodes),
             "error_rate": {k: (first_wrong[k], at_risk[k]) for k in KINDS if at_risk[k]},
-            "with_error": with_error, "recovered": recovered, "failures": dict(ends)}
+            "with_error": with_error, "recovered": recovered, "failures": dict(ends), "oracle_prob": oracle_prob}
 
 
 def report(name: str, step: int, r: dict) -> str:
@@ -72,6 +120,13 @@ def report(name: str, step: int, r: dict) -> str:
     lines.append(f"  first wrong move, per square until then: {rates}")
     lines.append(f"  episodes with a wrong move: {r['with_error']}, of which solved anyway: {r['recovered']}")
     lines.append(f"  failures end: {r['failures']}")
+    if r["oracle_prob"]:
+        parts = []
+        for kind in (k for k in KINDS if k in r["oracle_prob"]):
+            probs = sorted(r["oracle_prob"][kind])
+            low = sum(p < 0.05 for p in probs) / len(probs)
+            parts.append(f"{kind} median {probs[len(probs) // 2]:.2f} (below 0.05: {low:.0%}, n={len(probs)})")
+        lines.append("  the policy's probability of the oracle move at its first wrong move: " + ", ".join(parts))
     return "\n".join(lines)
 
 
@@ -79,12 +134,22 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("run", type=Path, help="an rlfw.run or rlfw.sft run folder (.hydra/ and eval/step_N/<set>/)")
     ap.add_argument("--steps", type=int, nargs="*", help="evaluation steps (default: the first and the last)")
+    ap.add_argument("--policy", type=Path, help="the policy that played the chosen steps' episodes (a model "
+                    "folder, or an adapter folder such as <run>/lora_sync/vN): also report how sure it was "
+                    "where it went wrong")
     args = ap.parse_args()
+    if args.policy and (not args.steps or len(args.steps) != 1):
+        ap.error("--policy scores one evaluation's episodes: give the step it played with --steps N")
     register_configs()
     job = OmegaConf.load(args.run / ".hydra" / "hydra.yaml").hydra.job  # rlfw.run's or rlfw.sft's
     overrides = [o for o in OmegaConf.load(args.run / ".hydra" / "overrides.yaml") if not o.startswith("hydra.")]
     with initialize_config_dir(config_dir=repo_root() + "/conf", version_base="1.3"):
-        env_cfg = OmegaConf.to_object(compose(job.config_name, overrides=overrides).env)
+        cfg = compose(job.config_name, overrides=overrides)
+    env_cfg = OmegaConf.to_object(cfg.env)
+    policy = None
+    if args.policy:
+        policy = load_policy_for_scoring(args.policy, cfg.model.path)
+        policy[0].eval()
     env = make_env_fn(env_cfg)().unwrapped
     saved = sorted(int(p.name.split("_")[1]) for p in (args.run / "eval").glob("step_*"))
     if not saved:
@@ -94,7 +159,7 @@ def main() -> None:
             name = folder.parent.name
             episodes = [json.loads(line) for line in folder.read_text().splitlines()]
             tasks, _ = eval_tasks(env_cfg, "heldout", len(episodes)) if name == "heldout" else eval_tasks(env_cfg)
-            print(report(name, step, analyse(env, tasks, episodes)))
+            print(report(name, step, analyse(env, tasks, episodes, policy)))
 
 
 if __name__ == "__main__":

@@ -56,3 +56,75 @@ def test_oracle_episode_has_no_wrong_move_and_a_loop_is_called_a_loop(tmp_path):
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "step 0 maze: pass@1 1/2 = 0.500" in proc.stdout
     assert "of which solved anyway: 0" in proc.stdout and "'looping': 1" in proc.stdout
+
+
+def test_move_prob_scores_the_turn_the_policy_saw():
+    """Replaying the shipped checkpoint's own greedy episodes, the move it played is, at every turn,
+    the one `move_prob` scores highest: the scored prompt is the rollout's prompt."""
+    from rlfw.build import build_policy_model, eval_tasks, make_env_fn
+    from rlfw.config import LoraConfig, MazeEnvConfig, ModelConfig
+    from rlfw.evaluate import evaluate
+    from rlfw.rollout.agent_loop import LoopLimits
+    from rlfw.rollout.engine import TransformersEngine
+
+    ckpt = ROOT / "checkpoints" / "tiny_vl_maze_sft"
+    env_cfg = MazeEnvConfig(name="maze", id="rlfw/Maze2D-v0", eval_set="eval64", max_turns=20)
+    model, processor = build_policy_model(ModelConfig(name="tiny_vl", path=str(ckpt), lora=LoraConfig(rank=0)),
+                                          str(ckpt))
+    tasks, layouts = eval_tasks(env_cfg)
+    tasks, layouts = tasks[:6], layouts[:6]
+    make_env = make_env_fn(env_cfg)
+    _, played = evaluate(TransformersEngine(model, processor), processor, [make_env() for _ in tasks], tasks, layouts,
+                         LoopLimits(max_turns=20, max_new_tokens=env_cfg.max_new_tokens, max_episode_tokens=4096),
+                         "eval64")
+    model.eval()
+    env = make_env().unwrapped
+    turns = 0
+    for task, ep in zip(tasks, played):
+        obs, _ = env.reset(options={"layout": task.layout})
+        task_text, feedback = obs["text"], ""
+        for action in ep.actions:
+            probs = [fa.move_prob(model, processor, obs, task_text, feedback, a) for a in env.action_strings]
+            assert env.action_strings[max(range(len(probs)), key=probs.__getitem__)] == action
+            assert 0.0 < sum(probs) <= 1.0 + 1e-5
+            obs = env.step(action)[0]
+            feedback = obs["text"]
+            turns += 1
+    assert turns >= 30
+
+    # the analysis scores the oracle's move once per episode that went wrong, below the move played
+    episodes = [{"index": i, "success": e.success, "actions": e.actions} for i, e in enumerate(played)]
+    result = fa.analyse(env, tasks, episodes, policy=(model, processor))
+    scored = [p for probs in result["oracle_prob"].values() for p in probs]
+    assert len(scored) == result["with_error"] > 0
+    assert all(0.0 < p <= 0.5 for p in scored)  # no more than the move played, so at most one half
+
+
+def test_policy_folders_load_as_the_trainer_wrote_them(tmp_path):
+    """A lora_sync adapter (on the run's model.path) and a full-weights folder without processor
+    files both score a turn exactly as the model that wrote them."""
+    import torch
+
+    from rlfw.build import build_policy_model, eval_tasks, make_env_fn
+    from rlfw.config import LoraConfig, MazeEnvConfig, ModelConfig
+    from rlfw.models.weights import save_policy_weights
+
+    ckpt = ROOT / "checkpoints" / "tiny_vl_maze_sft"
+    env_cfg = MazeEnvConfig(name="maze", id="rlfw/Maze2D-v0", eval_set="eval64", max_turns=20)
+    env = make_env_fn(env_cfg)().unwrapped
+    obs, _ = env.reset(options={"layout": eval_tasks(env_cfg)[0][0].layout})
+    for rank in (4, 0):
+        model, processor = build_policy_model(ModelConfig(name="tiny_vl", path=str(ckpt),
+                                                          lora=LoraConfig(rank=rank, alpha=8)), str(ckpt))
+        with torch.no_grad():  # move the weights away from the checkpoint's, so loading them matters
+            for p in model.parameters():
+                if p.requires_grad:
+                    p.add_(0.05 * torch.randn_like(p))
+        model.eval()
+        folder = save_policy_weights(model, tmp_path / f"sync_r{rank}", 7)
+        loaded, loaded_processor = fa.load_policy_for_scoring(folder, str(ckpt))
+        loaded.eval()
+        for action in env.action_strings:
+            want = fa.move_prob(model, processor, obs, obs["text"], "", action)
+            got = fa.move_prob(loaded, loaded_processor, obs, obs["text"], "", action)
+            assert abs(want - got) < 1e-5, (rank, action, want, got)
