@@ -70,6 +70,24 @@ def prepare_base_model(model: ModelConfig, make_env: Callable[[], gym.Env], out_
     return str(path)
 
 
+def describe_start(model: ModelConfig, path: str) -> str:
+    """One line for the start of a run: which weights it starts from, and how to choose others."""
+    import json
+
+    tune = f"LoRA rank {model.lora.rank}" if model.lora.rank else "full fine-tuning"
+    if not model.path:
+        return (f"model: a random-init tiny_vl ({path}), {tune}; the outcome reward alone will not teach it "
+                "mazes: the default model=tiny_vl_sft starts from the shipped SFT checkpoint")
+    record = Path(path) / "rlfw_sft.json"
+    scores = ""
+    if record.exists():
+        info = json.loads(record.read_text())
+        scores = ", ".join(f"{k.split('/')[1]} {v:.3f}" for k, v in info.items()
+                           if k.startswith("eval/") and k.endswith("/pass_at_1"))
+        scores = f" (SFT; greedy pass@1 {scores})" if scores else " (SFT)"
+    return f"model: starting from {path}{scores}, {tune}; model=tiny_vl builds a random-init policy instead"
+
+
 def build_policy_model(model: ModelConfig, path: str):
     """Load the checkpoint at `path` and wrap it with the configured LoRA (rank 0: full fine-tuning)."""
     from rlfw.models import apply_lora, load_policy

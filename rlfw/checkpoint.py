@@ -9,6 +9,9 @@ Layout under `trainer.ckpt_path` (a folder, or a URI such as `s3://bucket/run`):
         manifest.json         size and sha256 of every file above (written last inside the folder)
     latest_checkpointed_iteration.txt   N, replaced after global_step_N is complete
 
+Inference exports (`trainer.hf_save_interval`) are kept apart, under `trainer.export_path`
+(`ExportStore`), so pruning old checkpoints never deletes them.
+
 A step is written to `global_step_N.tmp/`, flushed, then moved into place (a rename on local disk);
 the pointer file is written last. A crash at any moment leaves the previous checkpoint valid. On
 resume every file is checked against the manifest; a truncated or corrupt checkpoint is reported and
@@ -27,8 +30,9 @@ from dataclasses import dataclass
 import fsspec
 import numpy as np
 import torch
-from fsspec.implementations.local import LocalFileSystem
 from omegaconf import OmegaConf
+
+from rlfw.storage import atomic_dir, atomic_write, is_local, write_file
 
 POINTER = "latest_checkpointed_iteration.txt"
 MANIFEST = "manifest.json"
@@ -47,28 +51,6 @@ class CheckpointError(RuntimeError):
 class Resumed:
     step: int
     path: str  # inside the store's filesystem
-
-
-def write_file(fs, path: str, data: bytes) -> dict:
-    """Write `data` durably; return its manifest entry."""
-    with fs.open(path, "wb") as f:
-        f.write(data)
-        if isinstance(fs, LocalFileSystem):
-            f.flush()
-            os.fsync(f.fileno())
-    return {"size": len(data), "sha256": hashlib.sha256(data).hexdigest()}
-
-
-def move_dir(fs, src: str, dst: str) -> None:
-    """A rename on local disk; on object stores, copy every object then delete the source."""
-    if isinstance(fs, LocalFileSystem):
-        fs.mv(src, dst, recursive=True)
-        return
-    fs.invalidate_cache()
-    for f in fs.find(src):
-        fs.copy(f, dst + f[len(src):])
-    fs.rm(src, recursive=True)
-    fs.invalidate_cache()
 
 
 def driver_rng_state() -> dict:
@@ -98,6 +80,24 @@ def _step_of(name: str) -> int | None:
     return None
 
 
+def preflight(url: str, storage_options: dict | None = None, key: str = "trainer.ckpt_path") -> None:
+    """Fail at start, not at step 20: the location `key` names must accept a write (and have room, locally)."""
+    fs, root = fsspec.core.url_to_fs(url, **dict(storage_options or {}))
+    probe = root.rstrip("/") + "/.rlfw_write_probe"
+    try:
+        fs.makedirs(root, exist_ok=True)
+        write_file(fs, probe, b"ok")
+        fs.rm(probe)
+    except OSError as exc:
+        raise CheckpointError(f"{key}={url} is not writable: {exc}") from exc
+    if is_local(fs):
+        import shutil
+
+        free = shutil.disk_usage(root).free
+        if free < 64 << 20:
+            raise CheckpointError(f"{key}={url} has {free >> 20} MiB free; need at least 64 MiB")
+
+
 class CheckpointStore:
     """Checkpoints under one folder or URI (`storage_options` go to fsspec, e.g. an S3 endpoint)."""
 
@@ -114,42 +114,20 @@ class CheckpointStore:
         """A URL another process (the trainer worker) can open with fsspec."""
         return self.fs.unstrip_protocol(path)
 
-    def preflight(self) -> None:
-        """Fail at start, not at step 20: the location must accept a write (and have room, locally)."""
-        probe = self._p(".rlfw_write_probe")
-        try:
-            self.fs.makedirs(self.root, exist_ok=True)
-            write_file(self.fs, probe, b"ok")
-            self.fs.rm(probe)
-        except OSError as exc:
-            raise CheckpointError(f"trainer.ckpt_path={self.url} is not writable: {exc}") from exc
-        if isinstance(self.fs, LocalFileSystem):
-            import shutil
-
-            free = shutil.disk_usage(self.root).free
-            if free < 64 << 20:
-                raise CheckpointError(f"trainer.ckpt_path={self.url} has {free >> 20} MiB free; need at least 64 MiB")
-
     def save(self, step: int, policy, config, max_to_keep: int, elapsed_min: float = 0.0) -> str:
         """Write global_step_<step> completely, then point at it; prune to `max_to_keep` (0 keeps all).
         `elapsed_min` (the run's wall time so far) goes into the trainer state for a resume to count on from."""
-        fs, final, staging = self.fs, self._p(f"global_step_{step}"), self._p(f"global_step_{step}.tmp")
-        if fs.exists(staging):
-            fs.rm(staging, recursive=True)
-        fs.makedirs(staging, exist_ok=True)
-        manifest = {POLICY_STATE: policy.save_checkpoint(self.url_of(f"{staging}/{POLICY_STATE}"), self.storage_options)}
-        state = {"global_step": step, "elapsed_min": elapsed_min, "rng": driver_rng_state()}
-        manifest["trainer_state.json"] = write_file(fs, f"{staging}/trainer_state.json",
-                                                    json.dumps(state, default=_json_default).encode())
-        manifest["config.yaml"] = write_file(fs, f"{staging}/config.yaml",
-                                             OmegaConf.to_yaml(OmegaConf.structured(config)).encode())
-        write_file(fs, f"{staging}/{MANIFEST}", json.dumps(manifest, indent=1).encode())
-        if fs.exists(final):
-            fs.rm(final, recursive=True)
-        move_dir(fs, staging, final)
-        pointer_tmp = self._p(f".{POINTER}.tmp")
-        write_file(fs, pointer_tmp, str(step).encode())
-        fs.mv(pointer_tmp, self._p(POINTER))  # a rename on local disk; one PUT on object stores
+        fs, final = self.fs, self._p(f"global_step_{step}")
+        with atomic_dir(fs, final) as staging:
+            manifest = {POLICY_STATE: policy.save_checkpoint(self.url_of(f"{staging}/{POLICY_STATE}"),
+                                                             self.storage_options)}
+            state = {"global_step": step, "elapsed_min": elapsed_min, "rng": driver_rng_state()}
+            manifest["trainer_state.json"] = write_file(fs, f"{staging}/trainer_state.json",
+                                                        json.dumps(state, default=_json_default).encode())
+            manifest["config.yaml"] = write_file(fs, f"{staging}/config.yaml",
+                                                 OmegaConf.to_yaml(OmegaConf.structured(config)).encode())
+            write_file(fs, f"{staging}/{MANIFEST}", json.dumps(manifest, indent=1).encode())
+        atomic_write(fs, self._p(POINTER), str(step).encode())
         # Folders above this step belong to a future abandoned by a resume from an older step.
         complete = [p for p in self._step_dirs() if fs.exists(f"{p}/{MANIFEST}")]
         for stale in [p for p in self._step_dirs() if _step_of(p) > step]:
@@ -195,9 +173,6 @@ class CheckpointStore:
             if text.isdigit():
                 candidates = [p for p in candidates if _step_of(p) <= int(text)]
         for path in candidates:
-            if not self.fs.exists(f"{path}/{MANIFEST}") and not self.fs.exists(f"{path}/trainer_state.json") \
-                    and self.fs.exists(f"{path}/policy"):
-                continue  # an inference export (hf_save_interval) without a full checkpoint
             problem = self.verify(path)
             if problem is None:
                 return Resumed(_step_of(path), path)
@@ -233,6 +208,33 @@ class CheckpointStore:
         state = json.loads(self.fs.cat(f"{path}/trainer_state.json"))
         set_driver_rng_state(state["rng"])
         return state
+
+
+class ExportStore:
+    """Inference-ready policies (PEFT adapter or full model, plus processor) under `trainer.export_path`:
+
+        global_step_N/   adapter_config.json, adapter_model.safetensors (or model weights), processor files
+
+    Each folder is a model (or adapter) folder that `model.path=`, PEFT and a LoRA server load as it
+    is, named so that the folder name can serve as the adapter's name. Exports live apart from the
+    full checkpoints, so pruning checkpoints never deletes one; `trainer.max_exports_to_keep`
+    prunes them on its own (0 keeps all).
+    """
+
+    def __init__(self, url: str, storage_options: dict | None = None):
+        self.fs, self.root = fsspec.core.url_to_fs(url, **dict(storage_options or {}))
+        self.root = self.root.rstrip("/")
+        self.storage_options = dict(storage_options or {})
+
+    def save(self, step: int, policy, max_to_keep: int) -> str:
+        path = f"{self.root}/global_step_{step}"
+        policy.export_pretrained(self.fs.unstrip_protocol(path), self.storage_options)
+        if max_to_keep > 0:
+            self.fs.invalidate_cache()
+            done = sorted((p for p in self.fs.ls(self.root, detail=False) if _step_of(p) is not None), key=_step_of)
+            for old in done[:-max_to_keep]:
+                self.fs.rm(old, recursive=True)
+        return path
 
 
 def _get(tree: dict, dotted: str):

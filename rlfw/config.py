@@ -52,6 +52,9 @@ class AlgoConfig:
 
     name: str = MISSING
     """Preset name, for logs."""
+    module: Optional[str] = None
+    """Python module imported (in the driver and every worker, before the config is checked) where
+    your own estimator or loss registers itself with `rlfw.algos.register_adv_est` / `register_policy_loss`."""
     advantage_estimator: str = "grpo"
     """Registered advantage estimator (`rlfw.algos.list_adv_ests()`): grpo, dr_grpo, rloo."""
     policy_loss_type: str = "ppo"
@@ -63,12 +66,15 @@ class AlgoConfig:
     """seq-mean-token-sum only: divide by this constant (Dr. GRPO uses the generation budget); None = no division."""
     n_samples_per_prompt: int = 8
     """Episodes sampled per task (the GRPO group size)."""
-    train_batch_size: int = 8
-    """Tasks (prompts) per training step; the step collects train_batch_size * n_samples_per_prompt episodes."""
-    mini_batch_size: int = 8
-    """Tasks per optimizer step; must divide train_batch_size. Equal to it means one update per epoch."""
-    micro_batch_size: int = 16
-    """Sequences per forward/backward pass (gradient accumulation inside a mini-batch)."""
+    tasks_per_step: int = 8
+    """Tasks (prompts, i.e. GRPO groups) per training step: the step collects
+    tasks_per_step * n_samples_per_prompt episodes."""
+    tasks_per_optimizer_step: int = 8
+    """Task groups per optimizer step (a mini-batch: all segments of that many groups); must divide
+    tasks_per_step. Equal to it means one optimizer step per epoch."""
+    sequences_per_forward: int = 16
+    """Sequences (training segments) per forward/backward pass: gradients accumulate over the
+    passes of one optimizer step. Memory, not the result, depends on it."""
     update_epochs: int = 1
     """Passes over each step's data."""
     target_kl: Optional[float] = None
@@ -81,7 +87,8 @@ class AlgoConfig:
     step_advantage_weight: float = 0.0
     """Weight of GiGPO's step-level advantage added to each turn's episode-level one (0 = off; GiGPO
     uses 1). Turns of a group that saw the same observation are compared by their discounted
-    return-to-go (`rlfw.algos.step_advantages`)."""
+    return-to-go, normalised by the configured advantage_estimator (`rlfw.algos.step_advantages`).
+    Needs env.history=none (one training sequence per turn)."""
     step_gamma: float = 0.95
     """Discount of the return-to-go used by the step-level advantage: a turn t steps before an
     outcome reward R gets gamma**t * R, so reaching the goal sooner is worth more."""
@@ -262,8 +269,13 @@ class TrainerConfig:
     max_ckpts_to_keep: int = 2
     """Full checkpoints kept (oldest pruned); 0 keeps all."""
     hf_save_interval: int = 0
-    """Export an inference-ready policy (adapter + processor) to ckpt_path/global_step_N/policy every this
-    many steps; 0 disables."""
+    """Export an inference-ready policy (adapter + processor) to export_path/global_step_N every this
+    many steps (and at the last step); 0 disables."""
+    export_path: str = "${trainer.output_dir}/exports"
+    """Folder or fsspec URI (ckpt_storage_options apply) of the inference exports, apart from the
+    checkpoints: pruning checkpoints never deletes an export."""
+    max_exports_to_keep: int = 0
+    """Inference exports kept (oldest pruned); 0 keeps all."""
     resume_mode: str = "none"
     """none (start fresh), latest (newest valid checkpoint under ckpt_path, else start fresh) or from_path."""
     resume_path: Optional[str] = None
@@ -275,11 +287,17 @@ class TrainerConfig:
 @dataclass
 class Config:
     algo: AlgoConfig = MISSING
+    """The RL algorithm (group `algo`): advantage estimator, loss, optimizer and sampling."""
     env: EnvConfig = MISSING
+    """The environment (group `env`) and what the rollout loop needs to know about it."""
     model: ModelConfig = MISSING
+    """The policy (group `model`): tiny architecture or checkpoint path, LoRA, dtype."""
     cluster: ClusterConfig = MISSING
+    """Placement of the trainer and rollout engines on Ray (group `cluster`)."""
     logger: LoggerConfig = MISSING
+    """Where metrics go (group `logger`): console, TensorBoard, Weights & Biases, metrics.jsonl."""
     trainer: TrainerConfig = field(default_factory=TrainerConfig)
+    """The training loop: steps, evaluation, checkpoints and resuming."""
     seed: int = 0
     """Seed of every random stream (Python, NumPy, torch, environments)."""
 
@@ -325,9 +343,13 @@ class SFTConfig:
 @dataclass
 class SFTRunConfig:
     env: EnvConfig = MISSING
+    """The environment whose oracle gives the demonstrations (group `env`)."""
     model: ModelConfig = MISSING
+    """The policy (group `model`); conf/sft.yaml sets model.lora.rank=0 (full fine-tuning)."""
     logger: LoggerConfig = MISSING
+    """Where metrics go (group `logger`)."""
     sft: SFTConfig = field(default_factory=SFTConfig)
+    """Supervised fine-tuning: steps, batch, demonstration states, schedule, evaluation."""
     seed: int = 0
     """Seed of the model init, the demonstration stream and torch."""
 
@@ -344,6 +366,9 @@ def register_configs() -> None:
 
     if not OmegaConf.has_resolver("rlfw_root"):
         OmegaConf.register_new_resolver("rlfw_root", repo_root)
+    from rlfw.cli_help import register_help_resolver  # imports this module: import it here, not at the top
+
+    register_help_resolver()
     cs = ConfigStore.instance()
     cs.store(name="base_config", node=Config)
     cs.store(name="base_sft_config", node=SFTRunConfig)
@@ -375,10 +400,14 @@ def _fixed_set_size_errors(env: EnvConfig) -> list[str]:
 
 def validate(cfg: Config) -> None:
     """Check cross-field invariants up front; raise ConfigError listing every problem found."""
-    from rlfw.algos import KL_KINDS, LOSS_AGG_MODES, list_adv_ests, list_policy_losses
+    from rlfw.algos import KL_KINDS, LOSS_AGG_MODES, import_algo_module, list_adv_ests, list_policy_losses
 
     a, e, c = cfg.algo, cfg.env, cfg.cluster
     errs: list[str] = []
+    try:
+        import_algo_module(a.module)  # the user's registered variants count as valid names
+    except ImportError as exc:
+        errs.append(str(exc))
     errs += _choice(a.advantage_estimator, list_adv_ests(), "algo.advantage_estimator")
     errs += _choice(a.policy_loss_type, list_policy_losses(), "algo.policy_loss_type")
     errs += _choice(a.loss_reduction, list(LOSS_AGG_MODES), "algo.loss_reduction")
@@ -389,6 +418,10 @@ def validate(cfg: Config) -> None:
         errs.append(f"algo.target_kl={a.target_kl} must be > 0 (or null to never stop early)")
     if a.step_advantage_weight < 0:
         errs.append(f"algo.step_advantage_weight={a.step_advantage_weight} must be >= 0 (0 turns it off)")
+    if a.step_advantage_weight > 0 and e.history == "full":
+        errs.append("algo.step_advantage_weight > 0 (GiGPO's per-turn credit) needs env.history=none: with "
+                    "env.history=full an episode is one training sequence, so a per-turn advantage cannot be "
+                    "applied to its turns; set env.history=none or algo.step_advantage_weight=0")
     if not 0 < a.step_gamma <= 1:
         errs.append(f"algo.step_gamma={a.step_gamma} must be in (0, 1]")
     errs += _choice(a.lr_schedule, ["constant", "cosine"], "algo.lr_schedule")
@@ -400,12 +433,12 @@ def validate(cfg: Config) -> None:
             f"algo.n_samples_per_prompt={a.n_samples_per_prompt}: group-relative advantages need at least 2 "
             "samples per prompt; set algo.n_samples_per_prompt>=2"
         )
-    if a.train_batch_size < 1 or a.mini_batch_size < 1 or a.train_batch_size % a.mini_batch_size:
+    if a.tasks_per_step < 1 or a.tasks_per_optimizer_step < 1 or a.tasks_per_step % a.tasks_per_optimizer_step:
         errs.append(
-            f"algo.mini_batch_size={a.mini_batch_size} must be >= 1 and divide algo.train_batch_size="
-            f"{a.train_batch_size}; e.g. set algo.mini_batch_size={a.train_batch_size}"
+            f"algo.tasks_per_optimizer_step={a.tasks_per_optimizer_step} must be >= 1 and divide algo.tasks_per_step="
+            f"{a.tasks_per_step}; e.g. set algo.tasks_per_optimizer_step={a.tasks_per_step}"
         )
-    for key, val in [("algo.micro_batch_size", a.micro_batch_size), ("algo.update_epochs", a.update_epochs),
+    for key, val in [("algo.sequences_per_forward", a.sequences_per_forward), ("algo.update_epochs", a.update_epochs),
                      ("algo.max_sample_rounds", a.max_sample_rounds),
                      ("env.max_turns", e.max_turns), ("env.max_new_tokens", e.max_new_tokens),
                      ("cluster.num_engines", c.num_engines), ("cluster.torch_threads", c.torch_threads),
@@ -438,7 +471,8 @@ def validate(cfg: Config) -> None:
         errs.append(f"model.lora.rank={cfg.model.lora.rank} must be >= 0 (0 = full fine-tuning)")
     t = cfg.trainer
     for key, val in [("trainer.eval_interval", t.eval_interval), ("trainer.ckpt_interval", t.ckpt_interval),
-                     ("trainer.hf_save_interval", t.hf_save_interval), ("trainer.max_ckpts_to_keep", t.max_ckpts_to_keep)]:
+                     ("trainer.hf_save_interval", t.hf_save_interval), ("trainer.max_ckpts_to_keep", t.max_ckpts_to_keep),
+                     ("trainer.max_exports_to_keep", t.max_exports_to_keep)]:
         if val < 0:
             errs.append(f"{key}={val} must be >= 0 (0 disables)")
     errs += _choice(t.resume_mode, ["none", "latest", "from_path"], "trainer.resume_mode")

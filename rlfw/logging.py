@@ -3,12 +3,19 @@
 Backends that are switched off are simply absent from `self.sinks`, so the training loop calls
 `log(step, metrics)` without any `if wandb` branches. Metric names are namespaced
 (`train/`, `eval/`, `timing/`, `policy/`).
+
+Messages that matter (resume notices, config-change warnings, engine restarts, the resume hint)
+go through `message`: to the console and, with a timestamp, to `run.log` in the run folder, as do
+the warnings of the driver's `rlfw` Python logger. A metric that is not finite is logged as it is
+(NaN or inf) and reported once per key in `run.log`, never dropped.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import math
+import time
 from pathlib import Path
 from typing import Any
 
@@ -73,8 +80,16 @@ class _Wandb:
         self.run.finish()
 
 
+RUN_LOG = "run.log"
+
+
 class MetricLogger:
     def __init__(self, cfg: LoggerConfig, out_dir: Path, total_steps: int, run_config: Any = None):
+        self.run_log = open(Path(out_dir) / RUN_LOG, "a", buffering=1)
+        self._handler = logging.StreamHandler(self.run_log)
+        self._handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s", "%Y-%m-%d %H:%M:%S"))
+        logging.getLogger("rlfw").addHandler(self._handler)
+        self._nonfinite: set[str] = set()
         self.sinks: list = []
         if cfg.jsonl:
             self.sinks.append(_Jsonl(out_dir / "metrics.jsonl"))
@@ -91,7 +106,11 @@ class MetricLogger:
         self.last_step = 0
 
     def log(self, step: int, metrics: dict[str, float]) -> None:
-        metrics = {k: float(v) for k, v in metrics.items() if v is not None and math.isfinite(float(v))}
+        metrics = {k: float(v) for k, v in metrics.items() if v is not None}
+        bad = sorted(k for k, v in metrics.items() if not math.isfinite(v) and k not in self._nonfinite)
+        if bad:
+            self._nonfinite.update(bad)
+            self.message(f"warning: step {step}: not finite: " + ", ".join(f"{k}={metrics[k]}" for k in bad))
         self.last.update(metrics)
         self.last_step = step
         for sink in self.sinks:
@@ -114,13 +133,17 @@ class MetricLogger:
         self.bar.refresh()
 
     def message(self, text: str) -> None:
+        """Show `text` on the console and append it, timestamped, to the run folder's run.log."""
         if self.bar is not None:
             self.bar.write(text)
         else:
             print(text, flush=True)
+        self.run_log.write(f"{time.strftime('%Y-%m-%d %H:%M:%S')} {text}\n")
 
     def close(self) -> None:
         if self.bar is not None:
             self.bar.close()
         for sink in self.sinks:
             sink.close()
+        logging.getLogger("rlfw").removeHandler(self._handler)
+        self.run_log.close()

@@ -12,8 +12,6 @@ from __future__ import annotations
 
 import copy
 import math
-import os
-from contextlib import nullcontext
 from pathlib import Path
 
 import numpy as np
@@ -24,34 +22,20 @@ from rlfw.config import AlgoConfig
 from rlfw.models.processing import PolicyProcessor, collate
 from rlfw.models.weights import save_policy_weights
 from rlfw.rollout.types import Segment, TrainBatch, segment_key
-
-
-def lr_lambda(algo: AlgoConfig, total_steps: int):
-    """LR factor for training step `step` (0-based): linear warmup over warmup_steps, then constant,
-    or cosine reaching lr * min_lr_ratio at the last step."""
-
-    def fn(step: int) -> float:
-        if step < algo.warmup_steps:
-            return (step + 1) / algo.warmup_steps
-        if algo.lr_schedule == "constant":
-            return 1.0
-        progress = min(1.0, (step - algo.warmup_steps) / max(1, total_steps - 1 - algo.warmup_steps))
-        return algo.min_lr_ratio + (1 - algo.min_lr_ratio) * 0.5 * (1 + math.cos(math.pi * progress))
-
-    return fn
+from rlfw.schedule import lr_factor
 
 
 class PolicyTrainer:
     def __init__(self, model: torch.nn.Module, processor: PolicyProcessor, algo: AlgoConfig,
-                 total_steps: int, seed: int = 0):
-        self.model = model
+                 total_steps: int, seed: int = 0, device: str = "cpu"):
+        self.model = model.to(device)
         self.processor = processor
         self.algo = algo
+        self.total_steps = total_steps
+        self.device = torch.device(device)
         self.loss_fn = get_policy_loss(algo.policy_loss_type)
         self.params = [p for p in model.parameters() if p.requires_grad]
         self.optimizer = torch.optim.AdamW(self.params, lr=algo.lr, weight_decay=algo.weight_decay)
-        # the schedule advances once per training step (all of a step's optimizer steps share its LR)
-        self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, lr_lambda(algo, total_steps))
         self.is_peft = hasattr(model, "disable_adapter")
         # Full fine-tuning with a KL term needs a frozen copy; LoRA just disables the adapter.
         self.ref_model = None
@@ -71,7 +55,7 @@ class PolicyTrainer:
         out: list[torch.Tensor | None] = [None] * len(segments)
         self.model.eval()
         keys = [segment_key(s) for s in segments]
-        for chunk in _chunks(self._duplicates(list(range(len(segments))), keys), self.algo.micro_batch_size):
+        for chunk in _chunks(self._duplicates(list(range(len(segments))), keys), self.algo.sequences_per_forward):
             segs = [segments[group[0]] for group in chunk]
             if reference and self.is_peft:
                 with self.model.disable_adapter():
@@ -99,24 +83,34 @@ class PolicyTrainer:
         return list(groups.values())
 
     # -- update ---------------------------------------------------------------------------------
-    def update(self, batch: TrainBatch, seed: int = 0) -> dict[str, float]:
-        """One training step: `update_epochs` passes of mini-batches over the batch's segments.
+    def lr_at(self, step: int) -> float:
+        """The learning rate of training step `step` (1-based), shared by all its optimizer steps."""
+        a = self.algo
+        decay = self.total_steps - a.warmup_steps if a.lr_schedule == "cosine" else 0
+        return a.lr * lr_factor(step - 1, self.total_steps, a.warmup_steps, decay, a.min_lr_ratio)
 
-        Mini-batches are cut at task-group boundaries (mini_batch_size groups each). `seed` fixes the
-        mini-batch order, so a resumed run repeats a step exactly.
+    def update(self, batch: TrainBatch, step: int, seed: int = 0) -> dict[str, float]:
+        """Training step `step` (1-based): `update_epochs` passes of mini-batches over the batch's segments.
+
+        Mini-batches are cut at task-group boundaries (tasks_per_optimizer_step groups each). `seed`
+        fixes the mini-batch order, so a resumed run repeats a step exactly. The LR is a function of
+        `step` alone (`rlfw.schedule`). A mini-batch whose loss or gradient is not finite makes no
+        optimizer step and ends the update (`nonfinite` = 1); the caller stops before publishing.
         """
         a = self.algo
+        for group in self.optimizer.param_groups:
+            group["lr"] = self.lr_at(step)
         segments, advantages, groups = batch.segments, batch.advantages, batch.groups
         self.generator.manual_seed(seed)
         torch.manual_seed(seed)  # anything stochastic inside the forward pass repeats on resume
         unique_groups = sorted(set(groups))
-        n_minis = max(1, len(unique_groups) // a.mini_batch_size)
+        n_minis = max(1, len(unique_groups) // a.tasks_per_optimizer_step)
         # One optimizer step on fresh samples is exactly on-policy: the old log-probs are the current
         # ones (ratio 1, gradient = policy gradient), so skip the extra forward pass.
         if a.update_epochs * n_minis == 1:
             old = None
         elif a.old_logprobs == "rollout":
-            old = [torch.tensor(s.logprobs[1:], dtype=torch.float32) for s in segments]
+            old = [torch.tensor(s.logprobs[1:], dtype=torch.float32, device=self.device) for s in segments]
         else:
             old = self.logprobs(segments)
         ref = self.logprobs(segments, reference=True) if a.use_kl_loss else None
@@ -132,17 +126,17 @@ class PolicyTrainer:
                 stats = self._optimizer_step(segments, keys, advantages, old, ref, idx)
                 for k, v in stats.items():
                     totals.setdefault(k, []).append(v)
-                if stats["skipped"]:
+                if stats["skipped"] or stats["nonfinite"]:
                     stopped = True
                     break
             if stopped:
                 break
-        self.scheduler.step()
         out = {k: float(np.mean(v)) for k, v in totals.items()}
         # the first mini-batch runs before any of this step's optimizer steps: there, trainer and
         # engine log-probs differ only if the engine samples from other weights (stale, mismatched)
         out["rollout_logp_abs_diff"] = totals["rollout_logp_abs_diff"][0]
-        out["skipped"] = float(stopped)
+        out["skipped"] = float(stopped and not totals["nonfinite"][-1])
+        out["nonfinite"] = totals["nonfinite"][-1]
         out["optimizer_steps"] = self.optimizer_steps
         return out
 
@@ -152,26 +146,27 @@ class PolicyTrainer:
         per_token_mode = a.loss_reduction == "token-mean"
         self.optimizer.zero_grad(set_to_none=True)
         acc: dict[str, float] = {}
-        for unique in _chunks(self._duplicates(idx, keys), a.micro_batch_size):
+        for unique in _chunks(self._duplicates(idx, keys), a.sequences_per_forward):
             # one forward row per distinct segment, expanded to one row per copy for the loss
             logp, mask, entropy = self._forward([segments[group[0]] for group in unique], want_entropy=True)
-            rows = torch.tensor([row for row, group in enumerate(unique) for _ in group])
+            rows = torch.tensor([row for row, group in enumerate(unique) for _ in group], device=self.device)
             logp, mask, entropy = logp[rows], mask[rows], entropy[rows]
             chunk = [i for group in unique for i in group]
             old_logp = logp.detach() if old is None else _pad([old[i] for i in chunk], logp.shape[1])
-            adv = torch.tensor([advantages[i] for i in chunk], dtype=torch.float32)
+            adv = torch.tensor([advantages[i] for i in chunk], dtype=torch.float32, device=self.device)
             loss, stats = self.loss_fn(logp, old_logp, adv, mask, clip_low=a.eps_clip_low,
                                        clip_high=a.eps_clip_high, loss_agg=a.loss_reduction,
                                        max_tokens=a.loss_max_tokens)
             # drift between the engine's sampling log-probs and the trainer's: a stale or mismatched
             # engine shows up here first
-            engine_logp = _pad([torch.tensor(segments[i].logprobs[1:]) for i in chunk], logp.shape[1])
+            engine_logp = _pad([torch.tensor(segments[i].logprobs[1:]) for i in chunk], logp.shape[1]).to(self.device)
             stats["rollout_logp_abs_diff"] = masked_mean((logp.detach() - engine_logp).abs(), mask)
+            # every term is reduced like the policy term (same token budget under Dr. GRPO)
             ent = aggregate(entropy, mask, a.loss_reduction, max_tokens=a.loss_max_tokens)
             total = loss - a.entropy_coef * ent
             if ref is not None:
                 kl = aggregate(kl_estimate(logp, _pad([ref[i] for i in chunk], logp.shape[1]),
-                                           a.kl_estimator_type), mask, a.loss_reduction)
+                                           a.kl_estimator_type), mask, a.loss_reduction, max_tokens=a.loss_max_tokens)
                 total = total + a.kl_loss_coef * kl
                 stats["kl"] = kl.detach()
             # weight this micro-batch by its share of the mini-batch (tokens or sequences)
@@ -182,14 +177,15 @@ class PolicyTrainer:
                 acc[k] = acc.get(k, 0.0) + float(v) * weight
         grad_norm = torch.nn.utils.clip_grad_norm_(
             self.params, a.max_grad_norm if a.max_grad_norm > 0 else float("inf"))
+        acc["nonfinite"] = float(not (math.isfinite(acc["loss"]) and math.isfinite(float(grad_norm))))
         # PPO's early stop: the policy already drifted this far from the one that sampled the data
         acc["skipped"] = float(a.target_kl is not None and acc.get("approx_kl", 0.0) > a.target_kl)
-        if not acc["skipped"]:
+        if not (acc["skipped"] or acc["nonfinite"]):
             self.optimizer.step()
             self.optimizer_steps += 1
         self.optimizer.zero_grad(set_to_none=True)
         acc["grad_norm"] = float(grad_norm)
-        acc["lr"] = self.scheduler.get_last_lr()[0]
+        acc["lr"] = self.optimizer.param_groups[0]["lr"]
         return acc
 
     # -- weights and checkpoints ----------------------------------------------------------------
@@ -197,11 +193,11 @@ class PolicyTrainer:
         return save_policy_weights(self.model, sync_root, version)
 
     def state_dict(self) -> dict:
-        """Everything the update depends on: trainable weights, AdamW, LR schedule, step count."""
+        """Everything the update depends on: trainable weights, AdamW, step count (the LR is a
+        function of the step, which the driver's checkpoint holds)."""
         return {
-            "model": {n: p.detach().clone() for n, p in self.model.named_parameters() if p.requires_grad},
+            "model": {n: p.detach().cpu().clone() for n, p in self.model.named_parameters() if p.requires_grad},
             "optimizer": self.optimizer.state_dict(),
-            "scheduler": self.scheduler.state_dict(),
             "optimizer_steps": self.optimizer_steps,
         }
 
@@ -215,31 +211,19 @@ class PolicyTrainer:
             for name, p in params.items():
                 p.copy_(state["model"][name])
         self.optimizer.load_state_dict(state["optimizer"])
-        self.scheduler.load_state_dict(state["scheduler"])
         self.optimizer_steps = state["optimizer_steps"]
 
     def export_pretrained(self, url: str, storage_options: dict | None = None) -> None:
         """An inference-ready folder (PEFT adapter or full model, plus processor) at any fsspec URL,
-        uploaded to `<url>.tmp` and then moved into place."""
-        import tempfile
-
+        written whole or not at all (`rlfw.storage.atomic_dir`)."""
         import fsspec
 
-        from rlfw.checkpoint import move_dir
+        from rlfw.storage import atomic_dir, local_dir_for
 
         fs, path = fsspec.core.url_to_fs(url, **(storage_options or {}))
-        staging = path.rstrip("/") + ".tmp"
-        with tempfile.TemporaryDirectory() as tmp:
-            self.model.save_pretrained(tmp)
-            self.processor.save_pretrained(tmp)
-            if fs.exists(staging):
-                fs.rm(staging, recursive=True)
-            fs.makedirs(staging, exist_ok=True)
-            for name in sorted(os.listdir(tmp)):
-                fs.put_file(os.path.join(tmp, name), f"{staging}/{name}")
-        if fs.exists(path):
-            fs.rm(path, recursive=True)
-        move_dir(fs, staging, path)
+        with atomic_dir(fs, path) as staging, local_dir_for(fs, staging) as local:
+            self.model.save_pretrained(local)
+            self.processor.save_pretrained(local)
 
 
 def sequence_logprobs(model: torch.nn.Module, processor: PolicyProcessor, segments: list[Segment],
@@ -249,14 +233,17 @@ def sequence_logprobs(model: torch.nn.Module, processor: PolicyProcessor, segmen
     Returns logp [B, T-1], the loss mask shifted to match [B, T-1], and the entropy [B, T-1] or None.
     """
     p = processor
+    device = next(model.parameters()).device
     feats = [[p.image_features(img) for img in s.images] for s in segments]
     batch = collate([s.token_ids for s in segments], feats, p.image_token_id, p.pad_token_id, left_pad=False)
+    batch = {k: v.to(device) for k, v in batch.items()}
     logits = model(**batch).logits[:, :-1].float() / temperature  # [B, T-1, V]
     targets = batch["input_ids"][:, 1:]  # [B, T-1]
     logp = torch.log_softmax(logits, -1).gather(-1, targets.unsqueeze(-1)).squeeze(-1)  # [B, T-1]
-    mask = torch.zeros_like(targets, dtype=torch.float32)  # [B, T-1]
+    mask = torch.zeros(targets.shape, dtype=torch.float32)  # [B, T-1]
     for i, s in enumerate(segments):
         mask[i, : len(s.token_ids) - 1] = torch.tensor(s.loss_mask[1:], dtype=torch.float32)
+    mask = mask.to(device)
     entropy = entropy_from_logits(logits) if want_entropy else None
     return logp, mask, entropy
 
@@ -266,7 +253,8 @@ def _chunks(items: list, size: int) -> list[list]:
 
 
 def _pad(rows: list[torch.Tensor], width: int) -> torch.Tensor:
-    out = torch.zeros(len(rows), width)
+    """Right-pad 1-D tensors with zeros into [len(rows), width], on the device of the first row."""
+    out = torch.zeros(len(rows), width, device=rows[0].device if rows else None)
     for i, r in enumerate(rows):
-        out[i, : len(r)] = r[:width]
+        out[i, : len(r)] = r[:width].to(out.device)
     return out

@@ -23,23 +23,29 @@ def to_config(cfg: DictConfig) -> Config:
 
 
 def main_from_config(cfg: Config) -> dict:
-    from rlfw.build import build_logger, make_env_fn, prepare_base_model, seed_everything
-    from rlfw.checkpoint import CheckpointStore
+    from rlfw.build import build_logger, describe_start, make_env_fn, prepare_base_model, seed_everything
+    from rlfw.checkpoint import preflight
+    from rlfw.config_io import save_run_config
 
     validate(cfg)
     out_dir = Path(cfg.trainer.output_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    if cfg.trainer.ckpt_interval or cfg.trainer.hf_save_interval:
-        CheckpointStore(cfg.trainer.ckpt_path, cfg.trainer.ckpt_storage_options).preflight()
+    save_run_config(cfg, out_dir)
+    t = cfg.trainer
+    if t.ckpt_interval:
+        preflight(t.ckpt_path, t.ckpt_storage_options, "trainer.ckpt_path")
+    if t.hf_save_interval:
+        preflight(t.export_path, t.ckpt_storage_options, "trainer.export_path")
     seed_everything(cfg.seed)
     model_path = prepare_base_model(cfg.model, make_env_fn(cfg.env), out_dir, cfg.seed)
     logger = build_logger(cfg, out_dir)
+    logger.message(describe_start(cfg.model, model_path))
     try:
         final = train_with_restarts(cfg, out_dir, model_path, logger)
-    except BaseException:
+    except BaseException as exc:
         hint = (f"rerun with trainer.output_dir={out_dir} trainer.resume_mode=latest" if cfg.trainer.ckpt_interval
                 else "no checkpoints were written (trainer.ckpt_interval=0)")
-        print(f"rlfw: training stopped after step {logger.last_step}; {hint}", flush=True)
+        logger.message(f"rlfw: training stopped after step {logger.last_step} ({type(exc).__name__}: {exc}); {hint}")
         raise
     finally:
         logger.close()
@@ -87,8 +93,7 @@ def _has_checkpoint(cfg: Config) -> bool:
 @hydra.main(version_base="1.3", config_path="../conf", config_name="config")
 def main(cfg: DictConfig) -> float | None:
     final = main_from_config(to_config(cfg))
-    key = next((k for k in final if k.startswith("eval/all/pass_at_1")), None)
-    return final.get(key) if key else None
+    return final.get("eval/all/pass_at_1")  # the sweep objective: one meaning at every evaluation
 
 
 if __name__ == "__main__":

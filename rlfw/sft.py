@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import copy
 import json
-import math
 import time
 from pathlib import Path
 from typing import Callable
@@ -26,10 +25,11 @@ import numpy as np
 import torch
 from omegaconf import DictConfig, OmegaConf
 
-from rlfw.config import SFTConfig, SFTRunConfig, register_configs, validate_sft
+from rlfw.config import SFTRunConfig, register_configs, validate_sft
 from rlfw.models.processing import PolicyProcessor
 from rlfw.rollout.agent_loop import LoopLimits, turn_message
 from rlfw.rollout.types import Segment
+from rlfw.schedule import lr_factor
 
 register_configs()
 
@@ -109,36 +109,21 @@ def sft_loss(model, processor: PolicyProcessor, segments: list[Segment]):
     return -(logp * mask).sum() / mask.sum(), logp, mask
 
 
-def sft_lr(cfg: SFTConfig):
-    decay_start = int(cfg.steps * (1 - cfg.decay_fraction))
-
-    def fn(step: int) -> float:
-        if step < cfg.warmup_steps:
-            return (step + 1) / cfg.warmup_steps
-        if step < decay_start:
-            return 1.0
-        return 0.5 * (1 + math.cos(math.pi * (step - decay_start) / max(1, cfg.steps - decay_start)))
-
-    return fn
-
-
 def save_checkpoint(model, processor: PolicyProcessor, path: Path, info: dict) -> None:
-    """Write an HF folder through a staging folder, so a crash never leaves half a checkpoint."""
-    import os
-    import shutil
+    """Write an HF folder (LoRA merged into a copy) through `rlfw.storage.atomic_dir`, so a crash
+    never leaves half a checkpoint."""
+    from rlfw.storage import LOCAL, atomic_dir
 
-    staging = path.with_name(path.name + ".tmp")
-    shutil.rmtree(staging, ignore_errors=True)
     # merge LoRA into a copy: merge_and_unload would strip the adapter from the model still training
     to_save = copy.deepcopy(model).merge_and_unload() if hasattr(model, "merge_and_unload") else model
-    to_save.save_pretrained(str(staging))
-    processor.save_pretrained(staging)
-    (staging / "rlfw_sft.json").write_text(json.dumps(info, indent=2))
-    shutil.rmtree(path, ignore_errors=True)
-    os.replace(staging, path)
+    with atomic_dir(LOCAL, str(path)) as staging:
+        to_save.save_pretrained(staging)
+        processor.save_pretrained(staging)
+        (Path(staging) / "rlfw_sft.json").write_text(json.dumps(info, indent=2))
 
 
 def run_sft(cfg: SFTRunConfig) -> dict:
+    from rlfw.config_io import save_run_config
     from rlfw.build import (build_policy_model, eval_tasks, make_env_fn, prepare_base_model, seed_everything,
                             training_filter)
     from rlfw.evaluate import evaluate
@@ -150,19 +135,21 @@ def run_sft(cfg: SFTRunConfig) -> dict:
     torch.set_num_threads(s.torch_threads)
     out_dir = Path(s.output_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
+    save_run_config(cfg, out_dir)
     seed_everything(cfg.seed)
     make_env = make_env_fn(cfg.env)
     path = prepare_base_model(cfg.model, make_env, out_dir, cfg.seed)
     model, processor = build_policy_model(cfg.model, path)
     params = [p for p in model.parameters() if p.requires_grad]
     optimizer = torch.optim.AdamW(params, lr=s.lr, weight_decay=s.weight_decay)
-    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, sft_lr(s))
+    decay_steps = int(s.steps * s.decay_fraction)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda i: lr_factor(i, s.steps, s.warmup_steps, decay_steps))
     sampler = DemoSampler(make_env, cfg.seed, s.states, s.noise, training_filter(cfg.env, s.eval_size))
     limits = LoopLimits(max_turns=cfg.env.max_turns, max_new_tokens=cfg.env.max_new_tokens,
                         max_episode_tokens=cfg.env.max_episode_tokens, history="none")
     sets = {cfg.env.eval_set: eval_tasks(cfg.env), "heldout": eval_tasks(cfg.env, "heldout", s.eval_size)}
     envs = [make_env() for _ in range(max(len(t) for t, _ in sets.values()))]
-    engine = TransformersEngine(model, processor)
+    engine = TransformersEngine(model, processor, merge_lora=False)  # evaluates the model being trained
     logger = MetricLogger(cfg.logger, out_dir, total_steps=s.steps, run_config=cfg)
     command = "python -m rlfw.sft " + " ".join(_overrides())
     started = time.perf_counter()

@@ -63,18 +63,18 @@ def rollout_step(cfg: Config, step: int, engine, processor, envs, timers: dict,
     kept: list[Episode] = []
     rounds = a.max_sample_rounds if a.dynamic_sampling == "resample" else 1
     for r in range(rounds):
-        need = a.train_batch_size - len({e.group_id for e in kept})
+        need = a.tasks_per_step - len({e.group_id for e in kept})
         engine.set_seed(step_seed(cfg.seed, step, r))
         tasks = training_tasks(cfg.seed, step, r, need, allowed)
         episodes = collect(engine, processor, envs, tasks, a.n_samples_per_prompt, params, limits_of(cfg),
                            timers=timers)
         for e in episodes:
-            e.group_id += r * a.train_batch_size  # unique across rounds
+            e.group_id += r * a.tasks_per_step  # unique across rounds
         if a.dynamic_sampling != "off":
             rewards, groups = rewards_and_groups(episodes)
             episodes = [e for e, k in zip(episodes, nonconstant_groups(rewards, groups).tolist()) if k]
         kept += episodes
-        if len({e.group_id for e in kept}) >= a.train_batch_size:
+        if len({e.group_id for e in kept}) >= a.tasks_per_step:
             break
     return kept, r + 1
 
@@ -86,14 +86,15 @@ def rewards_and_groups(episodes: list[Episode]) -> tuple[torch.Tensor, torch.Ten
 
 def train_batch(episodes: list[Episode], advantages: torch.Tensor, algo: AlgoConfig) -> TrainBatch:
     """Every segment of every episode, with its advantage and group: the episode's advantage, plus
-    `algo.step_advantage_weight` times the GiGPO step-level advantage of the turn when it is on."""
+    `algo.step_advantage_weight` times the GiGPO step-level advantage of the turn when it is on
+    (normalised by the same estimator as the episode's)."""
     batch = TrainBatch([], [], [])
     for e, a in zip(episodes, advantages.tolist()):
         batch.segments += e.segments
         batch.advantages += [a] * len(e.segments)
         batch.groups += [e.group_id] * len(e.segments)
     if algo.step_advantage_weight > 0:
-        step = step_advantages(*turn_returns(episodes, algo.step_gamma))
+        step = step_advantages(*turn_returns(episodes, algo.step_gamma), get_adv_est(algo.advantage_estimator))
         batch.advantages = [a + algo.step_advantage_weight * s for a, s in zip(batch.advantages, step.tolist())]
     return batch
 
@@ -145,7 +146,7 @@ def train(cfg: Config, out_dir: Path, model_path: str, policy, engine, logger) -
     # never train on a maze this run (or any rlfw run) evaluates on
     heldout_used = max(t.heldout_eval_size, cfg.env.eval_size if cfg.env.eval_set == "heldout" else 0)
     allowed = training_filter(cfg.env, heldout_used)
-    envs = [make_env() for _ in range(max(a.train_batch_size * a.n_samples_per_prompt,
+    envs = [make_env() for _ in range(max(a.tasks_per_step * a.n_samples_per_prompt,
                                           *(len(tasks) for tasks, _ in [*sets.values(), heldout or ([], None)])))]
 
     def run_eval(step: int) -> None:
@@ -153,13 +154,14 @@ def train(cfg: Config, out_dir: Path, model_path: str, policy, engine, logger) -
         chosen = dict(sets)
         if heldout and (step == 0 or step == t.total_steps):
             chosen["heldout"] = heldout
-        metrics, everything = {}, []
+        metrics, every_time = {}, []
         for name, (tasks, layouts) in chosen.items():
             m, episodes = evaluate(engine, processor, envs, tasks, layouts, limits_of(cfg), name,
                                    out_dir / "eval" / f"step_{step:06d}" / name, t.eval_save_episodes)
             metrics.update(m)
-            everything += episodes
-        metrics.update(episode_metrics(everything, "eval/all"))
+            every_time += episodes if name in sets else []
+        # eval/all: the sets evaluated at every evaluation, so it means the same at every step
+        metrics.update(episode_metrics(every_time, "eval/all"))
         metrics["timing/eval"] = time.perf_counter() - t0
         metrics["timing/elapsed_min"] = elapsed_min()
         logger.log(step, metrics)
@@ -169,6 +171,7 @@ def train(cfg: Config, out_dir: Path, model_path: str, policy, engine, logger) -
                            + (f" (solvable within {cfg.env.max_turns} turns: {ceiling:.3f})" if ceiling is not None else ""))
 
     store = checkpoint.CheckpointStore(t.ckpt_path, t.ckpt_storage_options)
+    exports = checkpoint.ExportStore(t.export_path, t.ckpt_storage_options)
     start, elapsed_before = resume(cfg, store, policy, logger)
     started = time.perf_counter() - 60 * elapsed_before  # timing/elapsed_min runs on across resumes
 
@@ -197,14 +200,16 @@ def train(cfg: Config, out_dir: Path, model_path: str, policy, engine, logger) -
             adv = adv_fn(rewards, groups)
             t0 = time.perf_counter()
             engine.sleep()
-            stats = policy.update(train_batch(episodes, adv, cfg.algo), seed=step_seed(cfg.seed, step, 99))
+            stats = policy.update(train_batch(episodes, adv, cfg.algo), step, seed=step_seed(cfg.seed, step, 99))
             engine.wake_up()
+            if stats["nonfinite"] or not np.isfinite(stats["loss"]):  # before anything is published
+                raise FloatingPointError(
+                    f"step {step}: the policy loss or its gradient is not finite (loss {stats['loss']}, grad norm "
+                    f"{stats['grad_norm']}); nothing of this step was published. Lower algo.lr or algo.max_grad_norm, "
+                    "or resume from an earlier checkpoint")
             t1 = time.perf_counter()
             policy.save_weights(str(sync_root), step)
             metrics["policy/engine_weights_version"] = min(engine.load_weights(str(sync_root)))
-            if not np.isfinite(stats["loss"]):
-                raise FloatingPointError(f"step {step}: policy loss is {stats['loss']}; lower algo.lr or "
-                                         "algo.max_grad_norm, or resume from an earlier checkpoint")
             metrics.update({f"policy/{k}": v for k, v in stats.items()})
             metrics.update(episode_metrics(episodes, "train"))
             metrics.update({"train/success_rate": metrics.pop("train/pass_at_1"),
@@ -223,6 +228,6 @@ def train(cfg: Config, out_dir: Path, model_path: str, policy, engine, logger) -
             store.save(step, policy, cfg, t.max_ckpts_to_keep, elapsed_min())
             logger.log(step, {"timing/checkpoint": time.perf_counter() - t0})
         if t.hf_save_interval and (step % t.hf_save_interval == 0 or step == t.total_steps):
-            policy.export_pretrained(store.url_of(f"{store.root}/global_step_{step}/policy"), store.storage_options)
+            exports.save(step, policy, t.max_exports_to_keep)
         logger.progress(step)
     return dict(logger.last)

@@ -15,7 +15,7 @@ rewards with that env. The settings match as far as the two frameworks allow:
 - update: one optimizer step per training step on fresh samples (on-policy, so neither side runs
   an extra old-log-prob pass), no KL (no reference pass), token-mean loss, clip 0.2, group-std
   advantages, AdamW at the same LR with clipping at 1.0, the same micro-batch size
-  (rlfw `micro_batch_size` = TRL `per_device_train_batch_size`, accumulated over B*G samples),
+  (rlfw `sequences_per_forward` = TRL `per_device_train_batch_size`, accumulated over B*G samples),
   no gradient checkpointing on either side (TRL turns it on by default), 1 torch thread.
 
 A step is everything a training step does. rlfw (as `rlfw.train` does it, workers in-process as
@@ -93,8 +93,8 @@ def setup(args, tmp: Path) -> tuple[str, MazeEnvConfig, ModelConfig, AlgoConfig]
     else:
         path = args.model
     model_cfg = ModelConfig(name="bench", path=path, lora=lora)
-    algo = AlgoConfig(name="grpo", n_samples_per_prompt=args.generations, train_batch_size=args.prompts,
-                      mini_batch_size=args.prompts, micro_batch_size=args.micro_batch, temperature=1.0)
+    algo = AlgoConfig(name="grpo", n_samples_per_prompt=args.generations, tasks_per_step=args.prompts,
+                      tasks_per_optimizer_step=args.prompts, sequences_per_forward=args.micro_batch, temperature=1.0)
     return path, env_cfg, model_cfg, algo
 
 
@@ -144,7 +144,7 @@ def run_rlfw(args, path: str, env_cfg: MazeEnvConfig, model_cfg: ModelConfig, al
         episodes = collect(engine, processor, envs, step_tasks_, args.generations, params, limits)
         reward, groups = rewards_and_groups(episodes)
         engine.sleep()
-        policy.update(train_batch(episodes, adv_fn(reward, groups), algo), seed=step)
+        policy.update(train_batch(episodes, adv_fn(reward, groups), algo), step, seed=step)
         engine.wake_up()
         policy.save_weights(sync_root, step)
         engine.load_weights(sync_root)

@@ -11,6 +11,9 @@ until its first wrong move; how often an episode recovers after a wrong move; an
 A wrong move is any action other than the env's BFS-best one (`best_action()`); in a perfect maze
 that route is unique. Works for envs built on envs.gridnav.GridNavEnv.
 
+The env (and, for `--policy`, the base model) is the one the run was started with: its saved
+`<run>/config.yaml` (rlfw.config_io), not a config recomposed from today's `conf/`.
+
 With `--policy` (the policy that played those episodes: a model folder, or a PEFT adapter folder on
 top of the run's `model.path`) it also reports how sure the policy was where it first went wrong:
 the probability it gave the oracle's move there. A policy unsure at those squares can still find the
@@ -26,13 +29,11 @@ from collections import Counter
 from pathlib import Path
 
 import torch
-from hydra import compose, initialize_config_dir
-from omegaconf import OmegaConf
 
 from envs.actions import DELTAS, STOP, parse_action
 from envs.layout import parse_layout
 from rlfw.build import eval_tasks, make_env_fn
-from rlfw.config import register_configs, repo_root
+from rlfw.config_io import RUN_CONFIG_FILE, load_run_config
 
 KINDS = ("corridor", "junction", "dead_end", "on_target")
 
@@ -132,7 +133,8 @@ def report(name: str, step: int, r: dict) -> str:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("run", type=Path, help="an rlfw.run or rlfw.sft run folder (.hydra/ and eval/step_N/<set>/)")
+    ap.add_argument("run", type=Path,
+                    help=f"an rlfw.run or rlfw.sft run folder ({RUN_CONFIG_FILE} and eval/step_N/<set>/)")
     ap.add_argument("--steps", type=int, nargs="*", help="evaluation steps (default: the first and the last)")
     ap.add_argument("--policy", type=Path, help="the policy that played the chosen steps' episodes (a model "
                     "folder, or an adapter folder such as <run>/lora_sync/vN): also report how sure it was "
@@ -140,12 +142,11 @@ def main() -> None:
     args = ap.parse_args()
     if args.policy and (not args.steps or len(args.steps) != 1):
         ap.error("--policy scores one evaluation's episodes: give the step it played with --steps N")
-    register_configs()
-    job = OmegaConf.load(args.run / ".hydra" / "hydra.yaml").hydra.job  # rlfw.run's or rlfw.sft's
-    overrides = [o for o in OmegaConf.load(args.run / ".hydra" / "overrides.yaml") if not o.startswith("hydra.")]
-    with initialize_config_dir(config_dir=repo_root() + "/conf", version_base="1.3"):
-        cfg = compose(job.config_name, overrides=overrides)
-    env_cfg = OmegaConf.to_object(cfg.env)
+    if not (args.run / RUN_CONFIG_FILE).exists():
+        raise SystemExit(f"{args.run / RUN_CONFIG_FILE} is missing: the run predates saved run configs "
+                         f"(or {args.run} is not an rlfw.run / rlfw.sft run folder)")
+    cfg = load_run_config(args.run)  # the config the run was started with, not today's conf/
+    env_cfg = cfg.env
     policy = None
     if args.policy:
         policy = load_policy_for_scoring(args.policy, cfg.model.path)

@@ -22,7 +22,8 @@ Step-level credit for multi-turn episodes (``step_advantages``): GiGPO's anchor-
 (Feng et al. 2025, "Group-in-Group Policy Optimization for LLM Agent Training"). Turns of one
 group's episodes that saw the same observation form an anchor group; each turn's discounted
 return-to-go is normalised within its anchor group, as ``grpo`` normalises episode rewards within
-a task group. The trainer adds ``step_advantage_weight`` times it to the episode-level advantage,
+a task group (by the run's estimator: grpo, dr_grpo or rloo alike). The trainer adds
+``step_advantage_weight`` times it to the episode-level advantage,
 so at a junction several samples crossed, the move that reached the goal sooner is pushed up over
 the others even when all of those episodes failed or all succeeded.
 
@@ -37,7 +38,7 @@ from typing import NamedTuple
 import torch
 from torch import Tensor
 
-from rlfw.algos.registry import register_adv_est
+from rlfw.algos.registry import AdvEstFn, register_adv_est
 
 
 class GroupStats(NamedTuple):
@@ -105,12 +106,18 @@ def rloo(rewards: Tensor, group_ids: Tensor, *, eps: float = 1e-6) -> Tensor:
     return n / (n - 1) * (_as_float(rewards) - stats.mean)
 
 
-def step_advantages(returns: Tensor, anchor_ids: Tensor, *, eps: float = 1e-6) -> Tensor:
-    """GiGPO step-level advantage: (return-to-go - anchor mean) / (anchor std + eps).
+def step_advantages(returns: Tensor, anchor_ids: Tensor, estimator: AdvEstFn = grpo, *,
+                    eps: float = 1e-6) -> Tensor:
+    """GiGPO step-level advantage: each turn's return-to-go against its anchor group, by `estimator`
+    (the run's ``advantage_estimator``; grpo: (return - anchor mean) / (anchor std + eps)).
 
     returns: [M] float, one per turn (the discounted return from that turn on); anchor_ids: [M]
     long, equal for turns of the same task group that saw the same observation. A turn whose
     observation no other turn of its group saw gets 0 (it has no baseline), as does an anchor
     group whose returns are all equal.
     """
-    return grpo(returns, anchor_ids, eps=eps)
+    shared = group_stats(returns, anchor_ids).count >= 2  # [M]
+    out = torch.zeros_like(_as_float(returns))  # [M]
+    if bool(shared.any()):
+        out[shared] = estimator(returns[shared], anchor_ids[shared], eps=eps)
+    return out

@@ -17,11 +17,15 @@ Adding a variant is one decorator::
 
 ``register_policy_loss`` works the same way for functions with the ``PolicyLossFn`` signature.
 Registering a name twice raises; looking up an unknown name raises ``ValueError`` listing the
-registered names.
+registered names. From the command line, name the module that registers your variant, and rlfw
+imports it in the driver and in every worker before the config is checked::
+
+    python -m rlfw.run algo.module=mypkg.myalgos algo.advantage_estimator=batch_mean
 """
 
 from __future__ import annotations
 
+import importlib
 from typing import Callable, Protocol, TypeVar
 
 from torch import Tensor
@@ -108,3 +112,14 @@ def list_adv_ests() -> list[str]:
 def list_policy_losses() -> list[str]:
     """Registered policy-loss names, sorted."""
     return sorted(_POLICY_LOSSES)
+
+
+def import_algo_module(name: str | None) -> None:
+    """Import the user's module `name` (``algo.module``) so that its ``register_*`` calls run."""
+    if not name:
+        return
+    try:
+        importlib.import_module(name)
+    except Exception as exc:
+        raise ImportError(f"algo.module={name!r} could not be imported ({type(exc).__name__}: {exc}); make sure "
+                          "it is installed or on PYTHONPATH and that importing it does not fail") from exc

@@ -87,11 +87,11 @@ class RayRuntime:
             )
 
         self.policy_actor = ray.remote(PolicyWorker).options(**opts(0)).remote(
-            cfg.model, cfg.algo, model_path, cfg.trainer.total_steps, cfg.seed, c.torch_threads)
+            cfg.model, cfg.algo, model_path, cfg.trainer.total_steps, cfg.seed, c.torch_threads, c.gpus_per_worker)
         first = 0 if c.colocate_all else 1
         self.engine_actors = [
             ray.remote(EngineWorker).options(max_restarts=c.max_engine_restarts, **opts(first + i)).remote(
-                cfg.model, model_path, c.torch_threads, c.engine_backend)
+                cfg.model, model_path, c.torch_threads, c.engine_backend, c.gpus_per_worker)
             for i in range(c.num_engines)
         ]
         self.policy = _Proxy(self.policy_actor)

@@ -24,6 +24,17 @@ def _threads(n: int) -> None:
     torch.set_num_threads(n)
 
 
+def worker_device(gpus_per_worker: float) -> str:
+    """cuda when the worker was given a GPU (Ray sets CUDA_VISIBLE_DEVICES to it), else cpu."""
+    if gpus_per_worker <= 0:
+        return "cpu"
+    if not torch.cuda.is_available():
+        raise RuntimeError(f"cluster.gpus_per_worker={gpus_per_worker}, but this worker sees no CUDA device "
+                           f"(torch {torch.__version__}, CUDA build: {torch.version.cuda is not None}); "
+                           "install a CUDA torch or set cluster.gpus_per_worker=0")
+    return "cuda"
+
+
 def peak_rss_mb() -> float:
     """This process's peak resident memory in MiB (Linux reports ru_maxrss in KiB)."""
     import resource
@@ -33,17 +44,19 @@ def peak_rss_mb() -> float:
 
 class PolicyWorker:
     def __init__(self, model_cfg: ModelConfig, algo: AlgoConfig, path: str, total_steps: int,
-                 seed: int, torch_threads: int):
+                 seed: int, torch_threads: int, gpus: float = 0.0):
+        from rlfw.algos import import_algo_module
         from rlfw.build import build_policy_model, seed_everything
         from rlfw.policy import PolicyTrainer
 
         _threads(torch_threads)
+        import_algo_module(algo.module)  # the user's registered loss must exist in this process too
         seed_everything(seed)
         model, processor = build_policy_model(model_cfg, path)
-        self.trainer = PolicyTrainer(model, processor, algo, total_steps, seed=seed)
+        self.trainer = PolicyTrainer(model, processor, algo, total_steps, seed=seed, device=worker_device(gpus))
 
-    def update(self, batch: TrainBatch, seed: int = 0) -> dict[str, float]:
-        return self.trainer.update(batch, seed)
+    def update(self, batch: TrainBatch, step: int, seed: int = 0) -> dict[str, float]:
+        return self.trainer.update(batch, step, seed)
 
     def save_checkpoint(self, url: str, storage_options: dict) -> dict:
         """Write the trainer state to `url` (any fsspec URL); return its manifest entry."""
@@ -51,7 +64,7 @@ class PolicyWorker:
 
         import fsspec
 
-        from rlfw.checkpoint import write_file
+        from rlfw.storage import write_file
 
         buf = io.BytesIO()
         torch.save(self.trainer.state_dict(), buf)
@@ -64,7 +77,7 @@ class PolicyWorker:
         import fsspec
 
         with fsspec.open(url, "rb", **storage_options) as f:
-            self.trainer.load_state_dict(torch.load(io.BytesIO(f.read()), weights_only=True))
+            self.trainer.load_state_dict(torch.load(io.BytesIO(f.read()), map_location="cpu", weights_only=True))
 
     def export_pretrained(self, url: str, storage_options: dict) -> None:
         self.trainer.export_pretrained(url, storage_options)
@@ -83,7 +96,8 @@ class PolicyWorker:
 
 
 class EngineWorker:
-    def __init__(self, model_cfg: ModelConfig, path: str, torch_threads: int, backend: str = "transformers"):
+    def __init__(self, model_cfg: ModelConfig, path: str, torch_threads: int, backend: str = "transformers",
+                 gpus: float = 0.0):
         from rlfw.build import build_policy_model
         from rlfw.rollout.engine import TransformersEngine
 
@@ -91,7 +105,7 @@ class EngineWorker:
         if backend != "transformers":
             raise NotImplementedError(f"engine backend {backend!r} is not available in this build")
         model, processor = build_policy_model(model_cfg, path)
-        self.engine = TransformersEngine(model.requires_grad_(False), processor)
+        self.engine = TransformersEngine(model.requires_grad_(False), processor, device=worker_device(gpus))
 
     def generate(self, prompts: list[Prompt], params: SamplingParams) -> list[Completion]:
         return self.engine.generate(prompts, params)

@@ -9,12 +9,13 @@ adapter folder as a `LoRARequest`.
 
 from __future__ import annotations
 
-import os
 import shutil
 from pathlib import Path
 
 import torch
 from safetensors.torch import load_file
+
+from rlfw.storage import LOCAL, atomic_dir, atomic_write
 
 KEEP_VERSIONS = 2
 
@@ -28,14 +29,9 @@ def save_policy_weights(model: torch.nn.Module, sync_root: str | Path, version: 
     root = Path(sync_root)
     root.mkdir(parents=True, exist_ok=True)
     final = root / f"v{version}"
-    staging = root / f".v{version}.tmp"
-    shutil.rmtree(staging, ignore_errors=True)
-    model.save_pretrained(str(staging))
-    shutil.rmtree(final, ignore_errors=True)
-    os.replace(staging, final)
-    pointer = root / ".LATEST.tmp"
-    pointer.write_text(str(version))
-    os.replace(pointer, root / "LATEST")
+    with atomic_dir(LOCAL, str(final)) as staging:
+        model.save_pretrained(staging)
+    atomic_write(LOCAL, str(root / "LATEST"), str(version).encode())
     for old in root.glob("v*"):
         if old.name[1:].isdigit() and int(old.name[1:]) <= version - KEEP_VERSIONS:
             shutil.rmtree(old, ignore_errors=True)

@@ -4,6 +4,7 @@ An engine generates for a batch of multimodal prompts given as token ids plus im
 generated ids with their log-probabilities, loads a new LoRA adapter (or full weights) from shared
 storage after each training step, and can sleep while a colocated trainer uses the device. The
 vLLM engine (the cluster backend, an optional extra; not built yet) is to implement the same protocol.
+The transformers engine runs on the CPU or on a CUDA device (`device`, from `cluster.gpus_per_worker`).
 """
 
 from __future__ import annotations
@@ -50,15 +51,19 @@ class TransformersEngine:
     a few steps per turn (each action is one token, then `<|im_end|>`).
     """
 
-    def __init__(self, model: torch.nn.Module, processor: PolicyProcessor, max_batch_size: int = 64):
-        self.model = model.eval()
+    def __init__(self, model: torch.nn.Module, processor: PolicyProcessor, max_batch_size: int = 64,
+                 device: str = "cpu", merge_lora: bool = True):
+        self.model = model.to(device).eval()
+        self.device = torch.device(device)
         self.processor = processor
         self.max_batch_size = max_batch_size
         self.weights_version = 0
         self.stats = {"prompts": 0, "prefilled": 0}  # the prefix sharing at work, for benchmarks
         # A LoRA adapter is merged into the base weights for inference (no extra matmuls per layer);
-        # loading new weights unmerges the old adapter first.
-        self.lora = hasattr(model, "peft_config")
+        # loading new weights unmerges the old adapter first. merge_lora=False serves a model that is
+        # also being trained (SFT's evaluation): PEFT's merged forward bypasses the adapter, so a
+        # merged model would get no gradient into it.
+        self.lora = merge_lora and hasattr(model, "peft_config")
         if self.lora:
             # pristine base weights of the adapted layers: unmerging subtracts in floating point, so
             # each load restores them exactly and the merged weights never depend on the history
@@ -88,6 +93,7 @@ class TransformersEngine:
         self.stats["prefilled"] += len(unique)
         feats = [[p.image_features(img) for img in pr.images] for pr in unique]
         batch = collate([pr.token_ids for pr in unique], feats, p.image_token_id, p.pad_token_id, left_pad=True)
+        batch = {k: v.to(self.device) for k, v in batch.items()}
         inner = self._inner()
         inner.rope_deltas = None  # set by this prefill when it has images
         if "pixel_values" not in batch:  # text only: positions count real tokens, not left padding
@@ -95,20 +101,22 @@ class TransformersEngine:
             batch["position_ids"] = pos.unsqueeze(0).expand(3, -1, -1)
         out = self.model(**batch, use_cache=True)
         cache = out.cache
-        index = torch.tensor(rows)
+        index = torch.tensor(rows, device=self.device)
         cache.reorder_cache(index)  # copy each distinct prompt's KV rows to all of its samples
         logits = out.logits[index, -1].float()  # [B, V]
         attention = batch["attention_mask"][index]  # [B, L]
         # decode positions continue the prompt's multimodal RoPE positions, as in a full forward pass
-        deltas = inner.rope_deltas[index] if inner.rope_deltas is not None else torch.zeros(len(rows), 1, dtype=torch.long)
+        deltas = (inner.rope_deltas[index] if inner.rope_deltas is not None
+                  else torch.zeros(len(rows), 1, dtype=torch.long, device=self.device))
         next_pos = attention.sum(-1, keepdim=True) + deltas  # [B, 1]
 
         temperature = 1.0 if params.greedy else params.temperature
-        banned = torch.tensor(p.banned_token_ids, dtype=torch.long)
+        dev = self.device
+        banned = torch.tensor(p.banned_token_ids, dtype=torch.long, device=dev)
         n = len(prompts)
-        ids = torch.full((n, params.max_new_tokens), p.pad_token_id, dtype=torch.long)
-        logps = torch.zeros(n, params.max_new_tokens)
-        done = torch.zeros(n, dtype=torch.bool)
+        ids = torch.full((n, params.max_new_tokens), p.pad_token_id, dtype=torch.long, device=dev)
+        logps = torch.zeros(n, params.max_new_tokens, device=dev)
+        done = torch.zeros(n, dtype=torch.bool, device=dev)
         for t in range(params.max_new_tokens):
             # log-probs of the model's own distribution (raw logits / T), which is what the trainer
             # computes (rlfw.policy.sequence_logprobs at algo.temperature); banned tokens are never sampled
@@ -121,7 +129,7 @@ class TransformersEngine:
             done |= token == p.eos_token_id
             if bool(done.all()) or t + 1 == params.max_new_tokens:
                 break
-            attention = torch.cat([attention, torch.ones(n, 1, dtype=attention.dtype)], dim=1)
+            attention = torch.cat([attention, torch.ones(n, 1, dtype=attention.dtype, device=dev)], dim=1)
             pos = (next_pos + t).unsqueeze(0).expand(3, -1, -1)  # [3, B, 1]
             out = self.model(input_ids=token[:, None], attention_mask=attention, position_ids=pos,
                              cache=cache, use_cache=True)

@@ -115,6 +115,19 @@ def test_step_advantages_compare_turns_within_an_anchor_state():
     assert adv[3] == 0
 
 
+@pytest.mark.parametrize("name, expected", [
+    # anchor 0 holds returns [0.9, 0.0, 0.6] (mean 0.5); anchor 1 has one turn, so no baseline: 0
+    ("dr_grpo", [0.4, -0.5, 0.1, 0.0]),  # return - anchor mean, no std
+    ("rloo", [0.6, -0.75, 0.15, 0.0]),  # 3/2 * (return - anchor mean), leave-one-out
+])
+def test_step_advantages_use_the_configured_estimator(name, expected):
+    """GiGPO's step level normalises like the episode level: by the run's advantage_estimator."""
+    from rlfw.algos import get_adv_est, step_advantages
+
+    adv = step_advantages(torch.tensor([0.9, 0.0, 0.6, 1.0]), torch.tensor([0, 0, 0, 1]), get_adv_est(name))
+    torch.testing.assert_close(adv, torch.tensor(expected))
+
+
 def test_turn_returns_discount_from_the_end_and_anchor_on_the_observation():
     """rlfw.train.turn_returns: gamma**k before the outcome; identical prompts within a group share
     an anchor, the same prompt in another group does not."""

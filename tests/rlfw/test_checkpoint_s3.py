@@ -34,7 +34,7 @@ def s3(tmp_path_factory):
 
 def test_s3_store_saves_verifies_and_falls_back(s3):
     store = checkpoint.CheckpointStore("s3://rlfw/unit", s3)
-    store.preflight()
+    checkpoint.preflight("s3://rlfw/unit", s3)
     for step in (1, 2, 3):
         store.save(step, FakePolicy(step), _cfg(), max_to_keep=2)
     assert sorted(p.rsplit("/", 1)[1] for p in store._step_dirs()) == ["global_step_2", "global_step_3"]

@@ -66,7 +66,7 @@ def test_wrong_type_fails_at_compose():
     "overrides, needle",
     [
         (["algo.n_samples_per_prompt=1"], "n_samples_per_prompt>=2"),
-        (["algo.train_batch_size=8", "algo.mini_batch_size=3"], "divide algo.train_batch_size"),
+        (["algo.tasks_per_step=8", "algo.tasks_per_optimizer_step=3"], "divide algo.tasks_per_step"),
         (["algo.advantage_estimator=ppo_gae"], "algo.advantage_estimator"),
         (["env.history=some"], "env.history"),
         (["model.lora.rank=-1"], "model.lora.rank"),
@@ -78,6 +78,8 @@ def test_wrong_type_fails_at_compose():
         (["cluster.engine_backend=vllm"], "vllm"),
         (["trainer.resume_mode=from_path"], "trainer.resume_path"),
         (["cluster.max_trainer_restarts=-1"], "cluster.max_trainer_restarts=-1"),
+        (["algo=gigpo", "env.history=full"], "needs env.history=none"),
+        (["algo.module=rlfw_no_such_module"], "algo.module='rlfw_no_such_module' could not be imported"),
     ],
 )
 def test_cross_field_errors_say_how_to_fix(overrides, needle):

@@ -12,6 +12,29 @@ fa = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(fa)
 
 
+def _config(run: Path, *overrides: str):
+    """The typed rlfw.run config that today's conf/ composes with `overrides`, writing into `run`."""
+    from hydra import compose, initialize_config_dir
+    from omegaconf import OmegaConf
+
+    from rlfw.config import register_configs, repo_root
+
+    register_configs()
+    with initialize_config_dir(config_dir=repo_root() + "/conf", version_base="1.3"):
+        return OmegaConf.to_object(compose("config", overrides=[*overrides, f"trainer.output_dir={run}"]))
+
+
+def _run_folder(run: Path, cfg, episodes: list[dict]) -> Path:
+    """A run folder as rlfw.run leaves it: the saved config, and step 0's episodes on the env's eval set."""
+    from rlfw.config_io import save_run_config
+
+    folder = run / "eval" / "step_000000" / "maze"
+    folder.mkdir(parents=True)
+    folder.joinpath("episodes.jsonl").write_text("".join(json.dumps(e) + "\n" for e in episodes))
+    save_run_config(cfg, run)
+    return run
+
+
 def _episodes(env, tasks) -> list[dict]:
     """Maze 0 solved by the oracle; maze 1 with a wrong first move, then back and forth until out of turns."""
     env.reset(options={"layout": tasks[0].layout})
@@ -25,15 +48,10 @@ def _episodes(env, tasks) -> list[dict]:
 
 
 def test_oracle_episode_has_no_wrong_move_and_a_loop_is_called_a_loop(tmp_path):
-    from hydra import compose, initialize_config_dir
-    from omegaconf import OmegaConf
-
     from rlfw.build import eval_tasks, make_env_fn
-    from rlfw.config import register_configs
 
-    register_configs()
-    with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
-        cfg = OmegaConf.to_object(compose("config", overrides=["env=maze", f"trainer.output_dir={tmp_path}"]))
+    run = tmp_path / "run"
+    cfg = _config(run, "env=maze")
     env, (tasks, _) = make_env_fn(cfg.env)().unwrapped, eval_tasks(cfg.env)
     episodes = _episodes(env, tasks)
     result = fa.analyse(env, tasks, episodes)
@@ -43,19 +61,56 @@ def test_oracle_episode_has_no_wrong_move_and_a_loop_is_called_a_loop(tmp_path):
     assert wrong == 1  # only maze 1's first move; the oracle run makes none
     assert result["error_rate"]["on_target"] == (0, 1)  # the oracle stops on the target
 
-    # the command line: a run folder as rlfw.run leaves it
-    run = tmp_path / "run"
-    (run / ".hydra").mkdir(parents=True)
-    (run / ".hydra" / "overrides.yaml").write_text("- env=maze\n- hydra.run.dir=somewhere\n")
-    (run / ".hydra" / "hydra.yaml").write_text("hydra:\n  job:\n    config_name: config\n")
-    folder = run / "eval" / "step_000000" / "maze"
-    folder.mkdir(parents=True)
-    folder.joinpath("episodes.jsonl").write_text("".join(json.dumps(e) + "\n" for e in episodes))
+    # the command line: a run folder as rlfw.run leaves it (its config.yaml, no .hydra/)
+    _run_folder(run, cfg, episodes)
     proc = subprocess.run([sys.executable, "scripts/failure_analysis.py", str(run)], cwd=ROOT,
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "step 0 maze: pass@1 1/2 = 0.500" in proc.stdout
     assert "of which solved anyway: 0" in proc.stdout and "'looping': 1" in proc.stdout
+
+
+def test_the_run_s_saved_config_is_used_not_today_s_conf(tmp_path, monkeypatch, capsys):
+    """A run started with settings today's conf/ does not give (tagged actions, 30 turns) is replayed
+    under those settings, even where a .hydra/ folder would recompose to today's env=maze preset."""
+    from rlfw.build import eval_tasks, make_env_fn
+
+    run = tmp_path / "run"
+    cfg = _config(run, "env=maze", "env.action_format=tagged", "env.max_turns=30")
+    today = _config(run, "env=maze").env
+    assert (today.action_format, today.max_turns) == ("visgym", 20)  # the saved settings are not the preset's
+    env, (tasks, _) = make_env_fn(cfg.env)().unwrapped, eval_tasks(cfg.env)
+    episodes = _episodes(env, tasks)
+    assert episodes[0]["actions"][-1] == "<action>stop</action>"  # recorded in the run's own action format
+    _run_folder(run, cfg, episodes)
+    (run / ".hydra").mkdir()  # what recomposing from today's conf/ would give: the visgym preset
+    (run / ".hydra" / "overrides.yaml").write_text("- env=maze\n")
+    (run / ".hydra" / "hydra.yaml").write_text("hydra:\n  job:\n    config_name: config\n")
+
+    built = []
+    monkeypatch.setattr(fa, "make_env_fn", lambda env_cfg: built.append(env_cfg) or make_env_fn(env_cfg))
+    monkeypatch.setattr(sys, "argv", ["failure_analysis.py", str(run)])
+    fa.main()
+    assert built == [cfg.env]  # the saved env config, field for field
+    out = capsys.readouterr().out
+    assert "step 0 maze: pass@1 1/2 = 0.500" in out
+    # replayed as tagged actions, only maze 1's first move is wrong (as visgym, every move would be)
+    assert "episodes with a wrong move: 1, of which solved anyway: 0" in out
+    assert "'looping': 1" in out
+
+
+def test_a_run_without_a_saved_config_is_refused_by_name(tmp_path, monkeypatch):
+    """A run folder from before config.yaml existed: the message names the file, with no .hydra/ fallback."""
+    import pytest
+
+    run = tmp_path / "old_run"
+    (run / ".hydra").mkdir(parents=True)
+    (run / ".hydra" / "overrides.yaml").write_text("- env=maze\n")
+    (run / ".hydra" / "hydra.yaml").write_text("hydra:\n  job:\n    config_name: config\n")
+    monkeypatch.setattr(sys, "argv", ["failure_analysis.py", str(run)])
+    with pytest.raises(SystemExit, match="predates") as exc:
+        fa.main()
+    assert str(run / "config.yaml") in str(exc.value)
 
 
 def test_move_prob_scores_the_turn_the_policy_saw():

@@ -33,3 +33,19 @@ def test_rl_runs_show_pass_at_1_over_all_evaluation_sets(tmp_path, capsys):
     logger.close()
     err = capsys.readouterr().err
     assert "reward=0.500" in err and "pass@1=0.625" in err
+
+
+def test_non_finite_metrics_are_kept_and_reported_once(tmp_path):
+    """A NaN or inf reaches metrics.jsonl as it is, and run.log names it (once per key)."""
+    logger = _logger(tmp_path, 4, {"policy/loss": float("nan"), "policy/grad_norm": 1.0})
+    logger.log(2, {"policy/loss": float("nan"), "policy/kl": float("inf")})
+    logger.message("resumed from somewhere (step 1)")
+    logger.close()
+    rows = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in rows] == [1, 2]
+    assert all(r["policy/loss"] != r["policy/loss"] for r in rows)  # NaN, not dropped
+    assert rows[1]["policy/kl"] == float("inf")
+    log = (tmp_path / "run.log").read_text().splitlines()
+    assert sum("policy/loss=nan" in line for line in log) == 1
+    assert any("step 2: not finite: policy/kl=inf" in line for line in log)
+    assert log[-1].endswith("resumed from somewhere (step 1)")

@@ -48,7 +48,7 @@ def _engine_logprobs(engine, segments):
 
 @pytest.mark.parametrize("rank", [4, 0])
 def test_sync_reaches_engine_and_matches_trainer(tmp_path, rank):
-    algo = AlgoConfig(name="grpo", lr=1e-2, train_batch_size=2, mini_batch_size=2, micro_batch_size=8)
+    algo = AlgoConfig(name="grpo", lr=1e-2, tasks_per_step=2, tasks_per_optimizer_step=2, sequences_per_forward=8)
     policy, engine, segments, groups = _setup(tmp_path, rank, algo)
 
     # sampled log-probs reported by the engine equal the trainer's teacher-forced ones (same weights)
@@ -59,7 +59,7 @@ def test_sync_reaches_engine_and_matches_trainer(tmp_path, rank):
 
     advantages = [1.0 if i % 2 == 0 else -1.0 for i in range(len(segments))]
     before = policy.trainable_state()
-    stats = policy.update(TrainBatch(segments, advantages, groups))
+    stats = policy.update(TrainBatch(segments, advantages, groups), step=1)
     after = policy.trainable_state()
     assert any(not torch.equal(before[k], after[k]) for k in before)
     assert np.isfinite(stats["loss"])
@@ -76,14 +76,14 @@ def test_sync_reaches_engine_and_matches_trainer(tmp_path, rank):
 
 def test_update_raises_logprob_of_rewarded_sample(tmp_path):
     """Sign check through the real model: the positive-advantage segment becomes more likely."""
-    algo = AlgoConfig(name="grpo", lr=5e-3, train_batch_size=2, mini_batch_size=2, micro_batch_size=8)
+    algo = AlgoConfig(name="grpo", lr=5e-3, tasks_per_step=2, tasks_per_optimizer_step=2, sequences_per_forward=8)
     policy, _, segments, groups = _setup(tmp_path, 4, algo)
     seg_pos, seg_neg = segments[0], segments[1]
     def gen_logp(lps, seg):
         return sum(lps[i - 1] for i, m in enumerate(seg.loss_mask) if m)
     before = policy.logprobs([seg_pos, seg_neg])
     for _ in range(3):
-        policy.update(TrainBatch([seg_pos, seg_neg], [1.0, -1.0], [0, 1]))
+        policy.update(TrainBatch([seg_pos, seg_neg], [1.0, -1.0], [0, 1]), step=1)
     after = policy.logprobs([seg_pos, seg_neg])
     assert gen_logp(after[0], seg_pos) > gen_logp(before[0], seg_pos)
     assert gen_logp(after[1], seg_neg) < gen_logp(before[1], seg_neg)

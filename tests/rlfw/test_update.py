@@ -1,13 +1,11 @@
 """The update's bookkeeping: micro-batch weighting is exact, the LR schedule has the configured shape,
 and dynamic sampling keeps only groups whose rewards differ."""
 
-import math
-
 import pytest
 import torch
 
 from rlfw.config import AlgoConfig, Config, EnvConfig, LoraConfig, ModelConfig, TinyVLSpec
-from rlfw.policy import lr_lambda
+from rlfw.schedule import lr_factor
 from rlfw.rollout.types import Completion, TrainBatch
 from tests.rlfw.test_policy_sync import _setup
 
@@ -17,13 +15,13 @@ def test_micro_batch_split_does_not_change_the_update(tmp_path, reduction):
     """One big micro-batch and micro-batches of 1 give the same parameters after an update."""
     results = []
     for micro in (64, 1):
-        algo = AlgoConfig(name="grpo", lr=1e-2, train_batch_size=2, mini_batch_size=2, micro_batch_size=micro,
+        algo = AlgoConfig(name="grpo", lr=1e-2, tasks_per_step=2, tasks_per_optimizer_step=2, sequences_per_forward=micro,
                           loss_reduction=reduction)
         policy, _, segments, groups = _setup(tmp_path / f"m{micro}", 4, algo)
         advantages = [1.0 if i % 3 == 0 else -0.5 for i in range(len(segments))]
         batch = TrainBatch(segments, advantages, groups)
-        policy.update(batch, seed=7)
-        policy.update(batch, seed=8)  # second step: LoRA A moves too
+        policy.update(batch, step=1, seed=7)
+        policy.update(batch, step=2, seed=8)  # second step: LoRA A moves too
         results.append(policy.trainable_state())
     for name in results[0]:
         torch.testing.assert_close(results[0][name], results[1][name], atol=1e-6, rtol=1e-4)
@@ -36,7 +34,7 @@ def test_duplicate_segments_share_a_forward_pass_without_changing_the_update(tmp
     PPO ratio with old log-probs from the trainer or from the rollout."""
     results, stats = [], []
     for dedup in (True, False):
-        algo = AlgoConfig(name="grpo", lr=1e-2, train_batch_size=2, mini_batch_size=1, micro_batch_size=3,
+        algo = AlgoConfig(name="grpo", lr=1e-2, tasks_per_step=2, tasks_per_optimizer_step=1, sequences_per_forward=3,
                           old_logprobs=old_logprobs)
         policy, _, segments, groups = _setup(tmp_path / f"d{dedup}", 4, algo)
         # every segment three times in its group, with advantages of both signs
@@ -47,7 +45,7 @@ def test_duplicate_segments_share_a_forward_pass_without_changing_the_update(tmp
         forwards = []
         real_forward = policy.trainer._forward
         policy.trainer._forward = lambda segs, *a, **k: forwards.append(len(segs)) or real_forward(segs, *a, **k)
-        stats.append(policy.update(TrainBatch(segments3, advantages, groups3), seed=3))
+        stats.append(policy.update(TrainBatch(segments3, advantages, groups3), step=1, seed=3))
         results.append(policy.trainable_state())
         assert sum(forwards) == (1 if dedup else 3) * len(segments) * (2 if old_logprobs == "trainer" else 1)
     for name in results[0]:
@@ -56,16 +54,54 @@ def test_duplicate_segments_share_a_forward_pass_without_changing_the_update(tmp
         assert stats[0][key] == pytest.approx(stats[1][key], rel=1e-4, abs=1e-7)
 
 
-def test_lr_schedule_shapes():
-    # warmup 2 of 10 steps, then cosine to 10% at the last step (index 9)
-    algo = AlgoConfig(name="x", lr_schedule="cosine", warmup_steps=2, min_lr_ratio=0.1)
-    f = lr_lambda(algo, total_steps=10)
-    assert [f(0), f(1)] == [0.5, 1.0]
-    assert f(2) == pytest.approx(1.0)
-    assert f(9) == pytest.approx(0.1)
-    assert f(5) == pytest.approx(0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * 3 / 7)))
-    constant = lr_lambda(AlgoConfig(name="x", warmup_steps=0), total_steps=10)
-    assert {constant(i) for i in range(10)} == {1.0}
+def test_lr_is_a_function_of_the_training_step(tmp_path):
+    """A step that made no update (its episodes were all dropped) does not shift the schedule: the
+    first update made, at step 4, uses step 4's LR."""
+    algo = AlgoConfig(name="grpo", lr=1e-2, tasks_per_step=2, tasks_per_optimizer_step=2, sequences_per_forward=8,
+                      lr_schedule="cosine", warmup_steps=2, min_lr_ratio=0.1)
+    policy, _, segments, groups = _setup(tmp_path, 4, algo)
+    stats = policy.update(TrainBatch(segments, [1.0] * len(segments), groups), step=4)
+    assert stats["lr"] == pytest.approx(1e-2 * lr_factor(3, 4, warmup_steps=2, decay_steps=2, min_ratio=0.1))
+    assert policy.trainer.lr_at(1) == pytest.approx(0.5e-2)  # warmup: (0 + 1) / 2
+
+
+def test_kl_term_is_reduced_with_the_policy_terms_token_budget(tmp_path):
+    """Dr. GRPO (seq-mean-token-sum over a constant): the KL term is divided by the same
+    loss_max_tokens as the policy term, on the very same weights."""
+    import dataclasses
+
+    algo = AlgoConfig(name="dr_grpo", lr=5e-2, tasks_per_step=2, tasks_per_optimizer_step=2,
+                      sequences_per_forward=8, loss_reduction="seq-mean-token-sum", use_kl_loss=True)
+    policy, _, segments, groups = _setup(tmp_path, 4, algo)
+    batch = TrainBatch(segments, [1.0 if i % 2 else -1.0 for i in range(len(segments))], groups)
+    policy.update(batch, step=1)  # move the adapter away from the reference (adapter off)
+    moved = policy.trainer.state_dict()
+    kl = {}
+    for budget in (None, 4):
+        policy.trainer.load_state_dict(moved)
+        policy.trainer.algo = dataclasses.replace(algo, loss_max_tokens=budget)
+        kl[budget] = policy.update(batch, step=2)["kl"]
+    assert kl[None] > 0
+    assert kl[4] == pytest.approx(kl[None] / 4, rel=1e-5)
+
+
+def test_non_finite_loss_makes_no_optimizer_step(tmp_path):
+    from rlfw.algos import get_policy_loss, list_policy_losses, register_policy_loss
+
+    if "nan_ppo" not in list_policy_losses():
+        @register_policy_loss("nan_ppo")
+        def nan_ppo(logp, old_logp, advantages, mask, **kw):
+            loss, stats = get_policy_loss("ppo")(logp, old_logp, advantages, mask, **kw)
+            return loss * float("nan"), stats
+
+    algo = AlgoConfig(name="grpo", lr=1e-2, tasks_per_step=2, tasks_per_optimizer_step=1, sequences_per_forward=8,
+                      policy_loss_type="nan_ppo")
+    policy, _, segments, groups = _setup(tmp_path, 4, algo)
+    before = policy.trainable_state()
+    stats = policy.update(TrainBatch(segments, [1.0] * len(segments), groups), step=1)
+    assert stats["nonfinite"] == 1.0 and stats["optimizer_steps"] == 0 and stats["skipped"] == 0.0
+    after = policy.trainable_state()
+    assert all(torch.equal(before[k], after[k]) for k in before)
 
 
 class _ScriptedEngine:
@@ -97,7 +133,7 @@ def test_dynamic_sampling_drops_constant_groups(tmp_path, monkeypatch):
     monkeypatch.setattr(train_mod, "training_tasks",
                         lambda seed, step, r, n, allowed=None: [Task(seed=10**6 + i) for i in range(n)])
     for mode, expected_rounds in [("drop", 1), ("resample", 3)]:
-        cfg = Config(algo=AlgoConfig(name="dapo", n_samples_per_prompt=2, train_batch_size=2, mini_batch_size=2,
+        cfg = Config(algo=AlgoConfig(name="dapo", n_samples_per_prompt=2, tasks_per_step=2, tasks_per_optimizer_step=2,
                                      dynamic_sampling=mode, max_sample_rounds=3), env=env, model=model)
         episodes, rounds = train_mod.rollout_step(cfg, 1, _ScriptedEngine(processor), processor,
                                                   [make_env() for _ in range(4)], {})
@@ -113,11 +149,11 @@ def test_target_kl_stops_the_remaining_optimizer_steps(tmp_path):
     first steps (it starts on-policy) and the second, already drifted, stops the rest."""
     counts = {}
     for target in (None, 1e-9):
-        algo = AlgoConfig(name="grpo", lr=5e-2, train_batch_size=2, mini_batch_size=1, micro_batch_size=8,
+        algo = AlgoConfig(name="grpo", lr=5e-2, tasks_per_step=2, tasks_per_optimizer_step=1, sequences_per_forward=8,
                           update_epochs=2, target_kl=target)
         policy, _, segments, groups = _setup(tmp_path / f"t{target}", 4, algo)
         advantages = [1.0 if i % 2 else -1.0 for i in range(len(segments))]
-        stats = policy.update(TrainBatch(segments, advantages, groups), seed=1)
+        stats = policy.update(TrainBatch(segments, advantages, groups), step=1, seed=1)
         counts[target] = (stats["optimizer_steps"], stats["skipped"])
         assert stats["rollout_logp_abs_diff"] < 1e-3  # the engine sampled from the trainer's weights
     assert counts[None] == (4, 0.0)

@@ -1,0 +1,29 @@
+"""The one learning-rate schedule of rlfw, for RL (`rlfw.policy`) and SFT (`rlfw.sft`) alike.
+
+Linear warmup, then constant, then a cosine from 1 to `min_ratio` over the last `decay_steps`
+steps. The factor is a function of the training step alone, never of how many optimizer steps ran
+before: an RL step whose episodes were all dropped (dynamic sampling) or that stopped early
+(`algo.target_kl`) does not shift the schedule of the steps after it, and a resumed run needs no
+scheduler state.
+"""
+
+from __future__ import annotations
+
+import math
+
+
+def lr_factor(step: int, total_steps: int, warmup_steps: int = 0, decay_steps: int = 0,
+              min_ratio: float = 0.0) -> float:
+    """LR multiplier for 0-based training step `step` of `total_steps`.
+
+    Warmup: (step + 1) / warmup_steps for the first warmup_steps steps. Decay: the cosine starts at
+    step total_steps - decay_steps and would reach min_ratio at step total_steps, one past the last
+    (as Hugging Face's cosine schedule), so no step trains at exactly the floor.
+    """
+    if step < warmup_steps:
+        return (step + 1) / warmup_steps
+    decay_start = total_steps - decay_steps
+    if decay_steps <= 0 or step < decay_start:
+        return 1.0
+    progress = min(1.0, (step - decay_start) / decay_steps)
+    return min_ratio + (1 - min_ratio) * 0.5 * (1 + math.cos(math.pi * progress))
