@@ -5,8 +5,9 @@ back, and reported as a ratio; absolute numbers are for orientation only.
 
 1. Machine limit: sustained torch matmul FLOP/s (fp32 and bf16, square sizes) and memory bandwidth
    (a large tensor copy), at the thread count the rest of the benchmark uses.
-2. Rollout: rlfw's batched multi-turn rollout against a naive loop (`model.generate` per episode per
-   turn, as a user would write with transformers) on the same model, mazes and sampling settings.
+2. Rollout: rlfw's batched multi-turn rollout against the two loops a user would write with
+   transformers (scripts/bench_rollout.py): one `model.generate` call per turn batched over the
+   active episodes, and one per episode per turn; same model, mazes, seeds and sampling settings.
 3. Training: tokens/s and achieved FLOP/s of the policy update (forward, backward, AdamW) on real
    maze turns, for the shipped tiny_vl architecture (with GRPO's LoRA) and a ~35M-parameter config
    (full fine-tuning), as a fraction of the matmul limit. FLOPs are counted by
@@ -43,8 +44,7 @@ from rlfw.build import make_env_fn, prepare_base_model  # noqa: E402
 from rlfw.config import AlgoConfig, LoraConfig, MazeEnvConfig, ModelConfig, TinyVLSpec  # noqa: E402
 from rlfw.distributed.workers import EngineWorker, PolicyWorker  # noqa: E402
 from rlfw.models.processing import PolicyProcessor  # noqa: E402
-from rlfw.rollout.agent_loop import LoopLimits, collect  # noqa: E402
-from rlfw.rollout.types import SamplingParams, Task, TrainBatch  # noqa: E402
+from rlfw.rollout.types import TrainBatch  # noqa: E402
 
 SHIPPED = ROOT / "checkpoints" / "tiny_vl_maze_sft"
 # the shipped checkpoint's architecture (conf/experiment/sft_maze.yaml)
@@ -95,38 +95,20 @@ def machine_limit(args) -> tuple[list[tuple], float]:
 
 
 # -- 2. rollout -------------------------------------------------------------------------------------
-def rollout(args, path: Path) -> list[tuple]:
-    from bench_rollout import naive_rollout
+def rollout(args, path: Path) -> str:
+    """rlfw's `collect` beside both `model.generate` baselines (scripts/bench_rollout.py)."""
+    from bench_rollout import HEADER, compare, rows
 
     n_tasks, n_samples, max_turns = (2, 2, 2) if args.smoke else (8, 8, 10)
-    env_cfg = MazeEnvConfig(name="maze", id="rlfw/Maze2D-v0", max_turns=max_turns, cell_px=8)
-    make_env = make_env_fn(env_cfg)
     engine = EngineWorker(ModelConfig(name="tiny_vl", path=str(path), lora=LoraConfig(rank=32, alpha=64)),
                           str(path), torch_threads=args.threads)
-    processor = PolicyProcessor.from_pretrained(path)
-    envs = [make_env() for _ in range(n_tasks * n_samples)]
-    tasks = [Task(seed=10**6 + i) for i in range(n_tasks)]
-    params = SamplingParams(temperature=1.0, max_new_tokens=env_cfg.max_new_tokens)
-    limits = LoopLimits(max_turns=max_turns, max_new_tokens=env_cfg.max_new_tokens, max_episode_tokens=4096)
-
-    torch.manual_seed(0)
-    t0 = time.perf_counter()
-    eps = collect(engine, processor, envs, tasks, n_samples, params, limits)
-    t_rlfw = time.perf_counter() - t0
-    torch.manual_seed(0)
-    t0 = time.perf_counter()
-    n_naive, tok_naive = naive_rollout(engine.engine.model, processor, envs, tasks, n_samples, params, max_turns)
-    t_naive = time.perf_counter() - t0
-    tok = sum(e.generated_tokens for e in eps)
+    results, _ = compare(engine, PolicyProcessor.from_pretrained(path), n_tasks, n_samples, max_turns)
     stats = engine.engine.stats
-    label = f"{n_tasks} mazes x {n_samples}, <= {max_turns} turns"
-    return [
-        (f"rollout episodes/s ({label})", f"{len(eps) / t_rlfw:.2f}", f"{n_naive / t_naive:.2f}",
-         f"{(len(eps) / t_rlfw) / (n_naive / t_naive):.1f}x"),
-        ("rollout generated tokens/s", f"{tok / t_rlfw:.0f}", f"{tok_naive / t_naive:.0f}",
-         f"{(tok / t_rlfw) / (tok_naive / t_naive):.1f}x"),
-        ("prompts prefilled / prompts (rlfw)", f"{stats['prefilled']}/{stats['prompts']}", "all", ""),
-    ]
+    body = [(f"rollout {name}", *rest) for name, *rest in rows(results)]
+    body.append(("prompts prefilled / prompts (rlfw)", f"{stats['prefilled']}/{stats['prompts']}", "all", "all", "", ""))
+    return (f"Model: {'a smoke-size tiny_vl' if args.smoke else 'the shipped SFT checkpoint'} with a LoRA r32 adapter "
+            f"(merged for inference by rlfw), temperature 1.0, {n_tasks} mazes x {n_samples} samples, <= {max_turns} "
+            "turns; every side starts from `torch.manual_seed(0)` and the same mazes and seeds.\n\n" + table(HEADER, body))
 
 
 # -- 3. training ------------------------------------------------------------------------------------
@@ -147,7 +129,7 @@ def training(args, spec: TinyVLSpec, lora_rank: int, label: str, peak: float, tm
     model_cfg = ModelConfig(name="tiny_vl", tiny=spec, lora=LoraConfig(rank=lora_rank, alpha=2 * max(lora_rank, 1)))
     path = prepare_base_model(model_cfg, make_env, tmp / f"model_{lora_rank}", seed=0)
     n = 8 if args.smoke else 64
-    algo = AlgoConfig(name="grpo", train_batch_size=1, mini_batch_size=1, micro_batch_size=n, lr=1e-5)
+    algo = AlgoConfig(name="grpo", tasks_per_step=1, tasks_per_optimizer_step=1, sequences_per_forward=n, lr=1e-5)
     worker = PolicyWorker(model_cfg, algo, str(path), total_steps=100, seed=0, torch_threads=args.threads)
     trainer = worker.trainer
     trainer.dedup = False  # measure raw throughput on distinct sequences
@@ -155,14 +137,14 @@ def training(args, spec: TinyVLSpec, lora_rank: int, label: str, peak: float, tm
     batch = TrainBatch(segments, [1.0 if i % 2 else -1.0 for i in range(n)], [0] * n)
     tokens = sum(len(s.token_ids) for s in segments)
     params = sum(p.numel() for p in trainer.model.parameters())
-    trainer.update(batch)  # warm-up
+    trainer.update(batch, step=1)  # warm-up
     with FlopCounterMode(display=False) as counter:
-        trainer.update(batch)
+        trainer.update(batch, step=1)
     flops = counter.get_total_flops()
     reps = 1 if args.smoke else 3
     t0 = time.perf_counter()
     for _ in range(reps):
-        trainer.update(batch)
+        trainer.update(batch, step=1)
     dt = (time.perf_counter() - t0) / reps
     return (f"{spec.num_layers}x{spec.hidden_size} {label}, {params / 1e6:.1f}M params, {n} turns x {tokens // n} tokens",
             f"{tokens / dt:.0f} tokens/s", f"{flops / dt / 1e9:.1f} GFLOP/s", f"{flops / dt / peak:.0%}")
@@ -222,10 +204,8 @@ def main() -> None:
     else:
         path = SHIPPED
     if "rollout" not in args.skip:
-        emit("## 2. Rollout: rlfw against a naive `model.generate` loop\n\n"
-             f"Model: {'a smoke-size tiny_vl' if args.smoke else 'the shipped SFT checkpoint'} with a LoRA r32 "
-             "adapter (merged for inference by rlfw), temperature 1.0, same mazes and seeds.\n\n"
-             + table(["measure", "rlfw", "naive", "rlfw / naive"], rollout(args, path)), "rollout")
+        emit("## 2. Rollout: rlfw against batched and per-episode `model.generate` loops\n\n"
+             + rollout(args, path), "rollout")
     if "training" not in args.skip:
         rows = [training(args, SMOKE if args.smoke else TINY, 32, "tiny_vl, LoRA r32", peak, tmp),
                 training(args, SMOKE if args.smoke else LARGE, 0, "large, full fine-tuning", peak, tmp)]

@@ -11,7 +11,8 @@ def test_bench_rollout_smoke():
     proc = subprocess.run([sys.executable, "scripts/bench_rollout.py", "--smoke"], cwd=ROOT,
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]
-    assert "| episodes/s |" in proc.stdout and "rlfw / naive" in proc.stdout
+    assert "| episodes/s |" in proc.stdout and "| s per training step (rollout + update) |" in proc.stdout
+    assert "| batched generate | per-episode generate | rlfw / batched | rlfw / per-episode |" in proc.stdout
 
 
 def test_bench_smoke_writes_every_section(tmp_path):
@@ -24,7 +25,8 @@ def test_bench_smoke_writes_every_section(tmp_path):
     text = out.read_text()
     for heading in ("## 1. Machine limit", "## 2. Rollout", "## 3. Training"):
         assert heading in text
-    assert "| matmul float32" in text and "rollout episodes/s" in text and "of fp32 matmul limit" in text
+    assert "| matmul float32" in text and "| rollout episodes/s |" in text and "of fp32 matmul limit" in text
+    assert "| rlfw / batched | rlfw / per-episode |" in text
     assert "reproduce: `python scripts/bench.py --smoke" in text
 
 

@@ -12,8 +12,9 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from rlfw import checkpoint
+from rlfw import checkpoint, storage
 from rlfw.config import Config, LoraConfig, ModelConfig
+from tests.rlfw.procs import worker_pids
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -32,7 +33,7 @@ class FakePolicy:
         buf = io.BytesIO()
         torch.save({"w": torch.full((64,), self.value)}, buf)
         fs, path = fsspec.core.url_to_fs(url, **storage_options)
-        return checkpoint.write_file(fs, path, buf.getvalue())
+        return storage.write_file(fs, path, buf.getvalue())
 
 
 def _cfg(rank: int = 16) -> Config:
@@ -92,7 +93,7 @@ def test_preflight_rejects_unwritable_location(tmp_path):
     blocker = tmp_path / "file"
     blocker.write_text("x")
     with pytest.raises(checkpoint.CheckpointError, match="not writable"):
-        checkpoint.CheckpointStore(str(blocker / "ckpts")).preflight()
+        checkpoint.preflight(str(blocker / "ckpts"))
 
 
 def _cmd(out: Path, *extra: str) -> list[str]:
@@ -186,7 +187,7 @@ def test_killed_trainer_is_replaced_and_the_run_ends_as_if_uninterrupted(straigh
             while not _kill_points(out)["rollout"]():  # step 3's rollout is under way
                 assert proc.poll() is None and time.time() < deadline
                 time.sleep(0.005)
-            pids = subprocess.run(["pgrep", "-f", "ray::PolicyWorker"], capture_output=True, text=True).stdout.split()
+            pids = worker_pids(proc.pid, "ray::PolicyWorker")  # this run's trainer only, not another run's
             assert pids, "no trainer worker process found"
             for pid in pids:
                 os.kill(int(pid), signal.SIGKILL)
@@ -212,13 +213,20 @@ def test_resume_of_a_finished_run_runs_no_more_steps(straight, tmp_path):
 
 
 def test_inference_export_loads_with_peft(straight):
+    """The export is the trained adapter, value for value, and PEFT loads it onto the base model."""
     from peft import PeftModel
     from transformers import AutoModelForImageTextToText
 
-    export = straight / "checkpoints" / "global_step_4" / "policy"
+    export = straight / "exports" / "global_step_4"
     assert (export / "adapter_model.safetensors").exists() and (export / "adapter_config.json").exists()
-    base = AutoModelForImageTextToText.from_pretrained(str(straight / "base_model"))
-    model = PeftModel.from_pretrained(base, str(export))
     trained = load_file(str(straight / "lora_sync" / "v4" / "adapter_model.safetensors"))
-    loaded = {k: v for k, v in model.state_dict().items() if "lora_" in k}
-    assert len(loaded) == len(trained)
+    exported = load_file(str(export / "adapter_model.safetensors"))
+    assert exported.keys() == trained.keys() and trained
+    for name in trained:
+        assert torch.equal(exported[name], trained[name]), name
+    model = PeftModel.from_pretrained(AutoModelForImageTextToText.from_pretrained(str(straight / "base_model")),
+                                      str(export))
+    loaded = {k.replace(".default", ""): v for k, v in model.state_dict().items() if "lora_" in k}
+    assert loaded.keys() == trained.keys()
+    for name in trained:
+        assert torch.equal(loaded[name], trained[name]), name

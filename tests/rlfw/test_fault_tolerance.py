@@ -8,18 +8,16 @@ import sys
 import time
 from pathlib import Path
 
+from tests.rlfw.procs import start_decoy, stop, worker_pids
+
 ROOT = Path(__file__).resolve().parents[2]
-
-
-def _engine_pids() -> list[int]:
-    out = subprocess.run(["pgrep", "-f", "ray::EngineWorker"], capture_output=True, text=True).stdout
-    return [int(p) for p in out.split()]
 
 
 def test_killed_rollout_engine_is_restarted(tmp_path):
     out = tmp_path / "run"
     cmd = [sys.executable, "-m", "rlfw.run", "experiment=debug", "trainer.total_steps=4", "trainer.eval_interval=0",
            f"trainer.output_dir={out}"]
+    decoy = start_decoy("ray::EngineWorker")  # another run's engine on this machine: it must survive
     proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                             start_new_session=True)
     try:
@@ -28,14 +26,16 @@ def test_killed_rollout_engine_is_restarted(tmp_path):
         while not (metrics.exists() and any(json.loads(l)["step"] >= 1 for l in metrics.read_text().splitlines())):
             assert proc.poll() is None and time.time() < deadline
             time.sleep(0.05)
-        pids = _engine_pids()
+        pids = worker_pids(proc.pid, "ray::EngineWorker")  # this run's engines only
         assert pids, "no engine worker process found"
         for pid in pids:
             os.kill(pid, signal.SIGKILL)
         output, _ = proc.communicate(timeout=300)
+        assert decoy.poll() is None, "the test killed a process that is not its run's"
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
+        stop(decoy)
     assert proc.returncode == 0, output[-3000:]
     # killed mid-rollout: the step's rollouts are redone; killed between calls: the next call waits
     assert "rollout engine died" in output, output[-3000:]
