@@ -21,13 +21,11 @@ ENV_SCHEMAS = (EnvConfig, MazeEnvConfig)
 
 
 def save_run_config(cfg: Config | SFTRunConfig, run_dir: str | Path) -> Path:
-    """Write `cfg` to `<run_dir>/config.yaml` (through a temporary file, so it is never half written)."""
-    import os
+    """Write `cfg` to `<run_dir>/config.yaml`, in one step (`rlfw.storage.atomic_write`)."""
+    from rlfw.storage import LOCAL, atomic_write
 
     path = Path(run_dir) / RUN_CONFIG_FILE
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(OmegaConf.to_yaml(OmegaConf.structured(cfg), resolve=True))
-    os.replace(tmp, path)
+    atomic_write(LOCAL, str(path), OmegaConf.to_yaml(OmegaConf.structured(cfg), resolve=True).encode())
     return path
 
 

@@ -20,7 +20,6 @@ import tempfile
 from contextlib import contextmanager
 from typing import Iterator
 
-import fsspec
 from fsspec.implementations.local import LocalFileSystem
 
 LOCAL = LocalFileSystem()
@@ -89,7 +88,3 @@ def local_dir_for(fs, staging: str) -> Iterator[str]:
             for name in files:
                 local = os.path.join(root, name)
                 fs.put_file(local, f"{staging}/{os.path.relpath(local, tmp)}")
-
-
-def url_to_fs(url: str, storage_options: dict | None = None):
-    return fsspec.core.url_to_fs(url, **(storage_options or {}))

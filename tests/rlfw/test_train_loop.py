@@ -5,7 +5,6 @@ import json
 
 import pytest
 
-from rlfw.algos import get_policy_loss, list_policy_losses, register_policy_loss
 from tests.rlfw.inprocess import compose_config, train_in_process
 
 
@@ -33,15 +32,9 @@ def test_exports_are_pruned_by_their_own_setting(tmp_path):
     assert sorted(p.name for p in (out / "exports").iterdir()) == ["global_step_2", "global_step_3"]
 
 
-def test_a_non_finite_loss_stops_the_run_before_the_weights_are_published(tmp_path):
-    if "nan_ppo" not in list_policy_losses():
-        @register_policy_loss("nan_ppo")
-        def nan_ppo(logp, old_logp, advantages, mask, **kw):
-            loss, stats = get_policy_loss("ppo")(logp, old_logp, advantages, mask, **kw)
-            return loss * float("nan"), stats
-
+def test_a_non_finite_loss_stops_the_run_before_the_weights_are_published(tmp_path, nan_policy_loss):
     out = tmp_path / "run"
-    cfg = compose_config(out, "experiment=debug", "trainer.eval_interval=0", "algo.policy_loss_type=nan_ppo")
+    cfg = compose_config(out, "experiment=debug", "trainer.eval_interval=0", f"algo.policy_loss_type={nan_policy_loss}")
     with pytest.raises(FloatingPointError, match="nothing of this step was published"):
         train_in_process(cfg)
     assert (out / "lora_sync" / "LATEST").read_text() == "0"  # the engines still have the starting weights
@@ -53,7 +46,6 @@ def test_eval_all_means_the_same_sets_at_every_evaluation(tmp_path):
     time, so at step 0 (where held-out is evaluated too) it still equals the env's own set."""
     out = tmp_path / "run"
     cfg = compose_config(out, "trainer.total_steps=2", "trainer.eval_interval=1", "trainer.heldout_eval_size=32",
-                         "env.max_turns=14",
                          "trainer.eval_save_episodes=0", "algo.n_samples_per_prompt=2", "algo.tasks_per_step=2",
                          "algo.tasks_per_optimizer_step=2", "logger=console", "logger.console=false")
     train_in_process(cfg)  # the default start: the shipped SFT checkpoint, so pass@1 is not all zeros

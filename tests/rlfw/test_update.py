@@ -85,17 +85,9 @@ def test_kl_term_is_reduced_with_the_policy_terms_token_budget(tmp_path):
     assert kl[4] == pytest.approx(kl[None] / 4, rel=1e-5)
 
 
-def test_non_finite_loss_makes_no_optimizer_step(tmp_path):
-    from rlfw.algos import get_policy_loss, list_policy_losses, register_policy_loss
-
-    if "nan_ppo" not in list_policy_losses():
-        @register_policy_loss("nan_ppo")
-        def nan_ppo(logp, old_logp, advantages, mask, **kw):
-            loss, stats = get_policy_loss("ppo")(logp, old_logp, advantages, mask, **kw)
-            return loss * float("nan"), stats
-
+def test_non_finite_loss_makes_no_optimizer_step(tmp_path, nan_policy_loss):
     algo = AlgoConfig(name="grpo", lr=1e-2, tasks_per_step=2, tasks_per_optimizer_step=1, sequences_per_forward=8,
-                      policy_loss_type="nan_ppo")
+                      policy_loss_type=nan_policy_loss)
     policy, _, segments, groups = _setup(tmp_path, 4, algo)
     before = policy.trainable_state()
     stats = policy.update(TrainBatch(segments, [1.0] * len(segments), groups), step=1)
