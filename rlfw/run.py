@@ -12,7 +12,8 @@ from pathlib import Path
 import hydra
 from omegaconf import DictConfig, OmegaConf
 
-from rlfw.config import Config, register_configs, validate
+from rlfw.config import Config, register_configs
+from rlfw.validation import validate
 
 register_configs()
 log = logging.getLogger("rlfw")

@@ -25,7 +25,8 @@ import numpy as np
 import torch
 from omegaconf import DictConfig, OmegaConf
 
-from rlfw.config import SFTRunConfig, register_configs, validate_sft
+from rlfw.config import SFTRunConfig, register_configs
+from rlfw.validation import validate_sft
 from rlfw.models.processing import PolicyProcessor
 from rlfw.rollout.agent_loop import LoopLimits, turn_message
 from rlfw.rollout.types import Segment

@@ -8,7 +8,8 @@ from pathlib import Path
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
-from rlfw.config import Config, register_configs, repo_root, validate
+from rlfw.config import Config, register_configs, repo_root
+from rlfw.validation import validate
 
 register_configs()
 

@@ -8,7 +8,8 @@ from hydra import compose, initialize_config_dir
 from hydra.errors import ConfigCompositionException
 from omegaconf import OmegaConf
 
-from rlfw.config import ConfigError, register_configs, validate, validate_sft
+from rlfw.config import register_configs
+from rlfw.validation import ConfigError, validate, validate_sft
 
 CONF = Path(__file__).resolve().parents[2] / "conf"
 register_configs()

@@ -1,0 +1,147 @@
+"""Cross-field checks of a composed config, run before anything starts (`validate`, `validate_sft`).
+
+A schema in `rlfw.config` catches a misspelt key or a wrongly typed value while Hydra composes;
+what a schema cannot express (a mini-batch that must divide the batch, a name that must be
+registered, settings that only make sense together) is checked here. Every problem found is
+listed at once, each with how to fix it.
+"""
+
+from __future__ import annotations
+
+from rlfw.config import Config, EnvConfig, MazeEnvConfig, SFTRunConfig
+
+
+class ConfigError(ValueError):
+    """A configuration that cannot run; the message says how to fix it."""
+
+
+def _choice(value: str, valid: list[str], key: str) -> list[str]:
+    return [] if value in valid else [f"{key}={value!r} is not one of {valid}"]
+
+
+def _fixed_set_size_errors(env: EnvConfig) -> list[str]:
+    """VisGym's fixed sets are 9x9 (eval64) and 11x11 (eval64_hard) mazes: the env must match."""
+    if not isinstance(env, MazeEnvConfig) or env.eval_set not in ("eval64", "eval64_hard"):
+        return []
+    want = "easy" if env.eval_set == "eval64" else "hard"
+    if env.difficulty != want or "size" in env.kwargs:
+        return [f"env.eval_set={env.eval_set} holds {want} mazes; set env.difficulty={want} or env.eval_set=heldout"]
+    return []
+
+
+def validate(cfg: Config) -> None:
+    """Check cross-field invariants up front; raise ConfigError listing every problem found."""
+    from rlfw.algos import KL_KINDS, LOSS_AGG_MODES, import_algo_module, list_adv_ests, list_policy_losses
+
+    a, e, c = cfg.algo, cfg.env, cfg.cluster
+    errs: list[str] = []
+    try:
+        import_algo_module(a.module)  # the user's registered variants count as valid names
+    except ImportError as exc:
+        errs.append(str(exc))
+    errs += _choice(a.advantage_estimator, list_adv_ests(), "algo.advantage_estimator")
+    errs += _choice(a.policy_loss_type, list_policy_losses(), "algo.policy_loss_type")
+    errs += _choice(a.loss_reduction, list(LOSS_AGG_MODES), "algo.loss_reduction")
+    errs += _choice(a.kl_estimator_type, list(KL_KINDS), "algo.kl_estimator_type")
+    errs += _choice(a.dynamic_sampling, ["off", "drop", "resample"], "algo.dynamic_sampling")
+    errs += _choice(a.old_logprobs, ["trainer", "rollout"], "algo.old_logprobs")
+    if a.target_kl is not None and a.target_kl <= 0:
+        errs.append(f"algo.target_kl={a.target_kl} must be > 0 (or null to never stop early)")
+    if a.step_advantage_weight < 0:
+        errs.append(f"algo.step_advantage_weight={a.step_advantage_weight} must be >= 0 (0 turns it off)")
+    if a.step_advantage_weight > 0 and e.history == "full":
+        errs.append("algo.step_advantage_weight > 0 (GiGPO's per-turn credit) needs env.history=none: with "
+                    "env.history=full an episode is one training sequence, so a per-turn advantage cannot be "
+                    "applied to its turns; set env.history=none or algo.step_advantage_weight=0")
+    if not 0 < a.step_gamma <= 1:
+        errs.append(f"algo.step_gamma={a.step_gamma} must be in (0, 1]")
+    errs += _choice(a.lr_schedule, ["constant", "cosine"], "algo.lr_schedule")
+    errs += _choice(e.history, ["none", "full"], "env.history")
+    errs += _choice(c.engine_backend, ["transformers", "vllm"], "cluster.engine_backend")
+    errs += _choice(cfg.model.dtype, ["float32", "bfloat16"], "model.dtype")
+    if a.n_samples_per_prompt < 2:
+        errs.append(
+            f"algo.n_samples_per_prompt={a.n_samples_per_prompt}: group-relative advantages need at least 2 "
+            "samples per prompt; set algo.n_samples_per_prompt>=2"
+        )
+    if a.tasks_per_step < 1 or a.tasks_per_optimizer_step < 1 or a.tasks_per_step % a.tasks_per_optimizer_step:
+        errs.append(
+            f"algo.tasks_per_optimizer_step={a.tasks_per_optimizer_step} must be >= 1 and divide algo.tasks_per_step="
+            f"{a.tasks_per_step}; e.g. set algo.tasks_per_optimizer_step={a.tasks_per_step}"
+        )
+    for key, val in [("algo.sequences_per_forward", a.sequences_per_forward), ("algo.update_epochs", a.update_epochs),
+                     ("algo.max_sample_rounds", a.max_sample_rounds),
+                     ("env.max_turns", e.max_turns), ("env.max_new_tokens", e.max_new_tokens),
+                     ("cluster.num_engines", c.num_engines), ("cluster.torch_threads", c.torch_threads),
+                     ("trainer.total_steps", cfg.trainer.total_steps)]:
+        if val < 1:
+            errs.append(f"{key}={val} must be >= 1")
+    for key, val in [("cluster.max_engine_restarts", c.max_engine_restarts),
+                     ("cluster.max_trainer_restarts", c.max_trainer_restarts)]:
+        if val < 0:
+            errs.append(f"{key}={val} must be >= 0")
+    if a.lr <= 0:
+        errs.append(f"algo.lr={a.lr} must be > 0")
+    if a.warmup_steps < 0 or not 0 <= a.min_lr_ratio <= 1:
+        errs.append(f"need algo.warmup_steps >= 0 and 0 <= algo.min_lr_ratio <= 1 (got {a.warmup_steps}, {a.min_lr_ratio})")
+    if a.policy_loss_type == "gspo" and a.loss_reduction != "seq-mean-token-mean":
+        errs.append("algo.policy_loss_type=gspo is GSPO only with algo.loss_reduction=seq-mean-token-mean")
+    if a.loss_max_tokens is not None and (a.loss_reduction != "seq-mean-token-sum" or a.loss_max_tokens < 1):
+        errs.append("algo.loss_max_tokens applies to algo.loss_reduction=seq-mean-token-sum only and must be >= 1")
+    if cfg.model.lora.dropout and cfg.model.lora.rank:
+        errs.append(f"model.lora.dropout={cfg.model.lora.dropout}: dropout makes the policy stochastic, so the "
+                    "PPO ratio of a sample to itself is not 1; set model.lora.dropout=0 for RL")
+    if not (0 <= a.eps_clip_low < 1) or a.eps_clip_high < 0:
+        errs.append(f"clip ranges must satisfy 0 <= algo.eps_clip_low < 1 and algo.eps_clip_high >= 0 "
+                    f"(got {a.eps_clip_low}, {a.eps_clip_high})")
+    if a.temperature <= 0:
+        errs.append(f"algo.temperature={a.temperature} must be > 0 (evaluation is greedy on its own)")
+    if not 0 < a.top_p <= 1:
+        errs.append(f"algo.top_p={a.top_p} must be in (0, 1]")
+    if cfg.model.lora.rank < 0:
+        errs.append(f"model.lora.rank={cfg.model.lora.rank} must be >= 0 (0 = full fine-tuning)")
+    t = cfg.trainer
+    for key, val in [("trainer.eval_interval", t.eval_interval), ("trainer.ckpt_interval", t.ckpt_interval),
+                     ("trainer.hf_save_interval", t.hf_save_interval), ("trainer.max_ckpts_to_keep", t.max_ckpts_to_keep),
+                     ("trainer.max_exports_to_keep", t.max_exports_to_keep)]:
+        if val < 0:
+            errs.append(f"{key}={val} must be >= 0 (0 disables)")
+    errs += _choice(t.resume_mode, ["none", "latest", "from_path"], "trainer.resume_mode")
+    if t.resume_mode == "from_path" and not t.resume_path:
+        errs.append("trainer.resume_mode=from_path needs trainer.resume_path=<ckpt_path>/global_step_N")
+    if c.engine_backend == "vllm":
+        errs.append("cluster.engine_backend=vllm is not available yet; use cluster.engine_backend=transformers")
+    if t.heldout_eval_size and (not t.eval_interval or e.eval_set == "heldout"):
+        errs.append("trainer.heldout_eval_size needs trainer.eval_interval > 0 and an env.eval_set other than heldout")
+    if t.eval_interval and not cfg.logger.jsonl:
+        errs.append("evaluation reports read metrics.jsonl: keep logger.jsonl=true or set trainer.eval_interval=0")
+    errs += _fixed_set_size_errors(e)
+    if errs:
+        raise ConfigError("invalid config:\n  - " + "\n  - ".join(errs))
+
+
+def validate_sft(cfg: SFTRunConfig) -> None:
+    s = cfg.sft
+    errs = _choice(s.states, ["all_squares", "oracle_path"], "sft.states")
+    errs += _choice(cfg.model.dtype, ["float32", "bfloat16"], "model.dtype")
+    for key, val in [("sft.steps", s.steps), ("sft.batch_size", s.batch_size), ("sft.eval_size", s.eval_size),
+                     ("sft.torch_threads", s.torch_threads)]:
+        if val < 1:
+            errs.append(f"{key}={val} must be >= 1")
+    if not 0 <= s.noise < 1:
+        errs.append(f"sft.noise={s.noise} must be in [0, 1)")
+    if s.noise and s.states != "oracle_path":
+        errs.append("sft.noise applies to sft.states=oracle_path only; set sft.states=oracle_path or sft.noise=0")
+    if s.warmup_steps < 0:
+        errs.append(f"sft.warmup_steps={s.warmup_steps} must be >= 0")
+    if s.max_grad_norm <= 0:
+        errs.append(f"sft.max_grad_norm={s.max_grad_norm} must be > 0")
+    errs += _fixed_set_size_errors(cfg.env)
+    if not 0 <= s.decay_fraction <= 1:
+        errs.append(f"sft.decay_fraction={s.decay_fraction} must be in [0, 1]")
+    if s.stop_at_pass_at_1 is not None and not 0 < s.stop_at_pass_at_1 <= 1:
+        errs.append(f"sft.stop_at_pass_at_1={s.stop_at_pass_at_1} must be in (0, 1]")
+    if s.max_minutes is not None and s.max_minutes <= 0:
+        errs.append(f"sft.max_minutes={s.max_minutes} must be > 0 (or null for no time limit)")
+    if errs:
+        raise ConfigError("invalid config:\n  - " + "\n  - ".join(errs))
