@@ -195,13 +195,39 @@ class ModelConfig:
 
 
 @dataclass
+class VLLMConfig:
+    """Settings of the vLLM rollout engine (cluster.engine_backend=vllm; `rlfw.rollout.vllm_engine`)."""
+
+    memory_utilization: float = 0.25
+    """Fraction of the device's memory vLLM may take for weights and KV cache (vLLM's
+    gpu_memory_utilization; on the CPU backend, of host memory). Colocated with a trainer on one
+    GPU, leave it room: the reference recipe uses 0.45."""
+    max_lora_rank: Optional[int] = None
+    """Largest LoRA rank the engine accepts, one of vLLM's supported ranks (1, 8, 16, 32, 64, 128,
+    256, 320, 512) and >= model.lora.rank; None takes the smallest supported rank >= model.lora.rank."""
+    tensor_parallel_size: int = 1
+    """GPUs one engine is sharded over (1 on CPU)."""
+    max_num_seqs: int = 256
+    """Most sequences one engine decodes at once; larger batches queue."""
+    enforce_eager: bool = True
+    """Run without CUDA graphs / compilation: fast start (on CPU, and for short runs); set false on
+    a GPU for faster decoding after a slower start."""
+    sleep_level: int = 1
+    """vLLM sleep mode while the colocated trainer updates: 1 frees the KV cache and keeps the base
+    weights (right with LoRA), 0 never sleeps. Needs a backend with sleep mode (CUDA)."""
+
+
+@dataclass
 class ClusterConfig:
     name: str = MISSING
     """Preset name."""
     num_engines: int = 1
     """Rollout engine workers."""
     engine_backend: str = "transformers"
-    """transformers (CPU or GPU) or vllm (GPU, optional extra)."""
+    """transformers (rlfw's own engine, CPU or GPU) or vllm (the vLLM engine: `pip install -e .[vllm]`
+    on a GPU machine, `bash scripts/setup.sh --vllm` for the CPU build here)."""
+    vllm: VLLMConfig = field(default_factory=VLLMConfig)
+    """vLLM engine settings (used with engine_backend=vllm)."""
     colocate_all: bool = True
     """Place the trainer and the engines on the same bundles; engines sleep while the trainer updates."""
     cpus_per_worker: int = 1

@@ -8,7 +8,10 @@ listed at once, each with how to fix it.
 
 from __future__ import annotations
 
+import importlib.util
+
 from rlfw.config import Config, EnvConfig, MazeEnvConfig, SFTRunConfig
+from rlfw.rollout.backends import BACKENDS
 
 
 class ConfigError(ValueError):
@@ -27,6 +30,31 @@ def _fixed_set_size_errors(env: EnvConfig) -> list[str]:
     if env.difficulty != want or "size" in env.kwargs:
         return [f"env.eval_set={env.eval_set} holds {want} mazes; set env.difficulty={want} or env.eval_set=heldout"]
     return []
+
+
+def _vllm_errors(cfg: Config) -> list[str]:
+    from rlfw.rollout.vllm_engine import VLLM_LORA_RANKS, vllm_lora_rank  # vllm itself is not imported
+
+    v, rank, errs = cfg.cluster.vllm, cfg.model.lora.rank, []
+    if importlib.util.find_spec("vllm") is None:
+        errs.append("cluster.engine_backend=vllm needs vLLM in this Python environment: on a GPU machine "
+                    "pip install -e '.[vllm]'; on a CPU machine bash scripts/setup.sh --vllm, then run with "
+                    ".venv-vllm/bin/python")
+    if not 0 < v.memory_utilization < 1:
+        errs.append(f"cluster.vllm.memory_utilization={v.memory_utilization} must be in (0, 1)")
+    if v.max_lora_rank is not None and v.max_lora_rank not in VLLM_LORA_RANKS:
+        errs.append(f"cluster.vllm.max_lora_rank={v.max_lora_rank} is not a rank vLLM accepts: {list(VLLM_LORA_RANKS)}")
+    if rank and vllm_lora_rank(v.max_lora_rank, rank) < rank:
+        errs.append(f"model.lora.rank={rank} exceeds what vLLM accepts (cluster.vllm.max_lora_rank="
+                    f"{v.max_lora_rank}, at most {VLLM_LORA_RANKS[-1]}); raise cluster.vllm.max_lora_rank or lower the rank")
+    if v.tensor_parallel_size < 1 or v.max_num_seqs < 1:
+        errs.append(f"cluster.vllm.tensor_parallel_size={v.tensor_parallel_size} and cluster.vllm.max_num_seqs="
+                    f"{v.max_num_seqs} must be >= 1")
+    if v.tensor_parallel_size > 1 and cfg.cluster.gpus_per_worker < v.tensor_parallel_size:
+        errs.append(f"cluster.vllm.tensor_parallel_size={v.tensor_parallel_size} needs cluster.gpus_per_worker >= "
+                    f"{v.tensor_parallel_size} (tensor parallelism shards an engine over GPUs)")
+    errs += _choice(v.sleep_level, [0, 1], "cluster.vllm.sleep_level")
+    return errs
 
 
 def validate(cfg: Config) -> None:
@@ -57,7 +85,7 @@ def validate(cfg: Config) -> None:
         errs.append(f"algo.step_gamma={a.step_gamma} must be in (0, 1]")
     errs += _choice(a.lr_schedule, ["constant", "cosine"], "algo.lr_schedule")
     errs += _choice(e.history, ["none", "full"], "env.history")
-    errs += _choice(c.engine_backend, ["transformers", "vllm"], "cluster.engine_backend")
+    errs += _choice(c.engine_backend, sorted(BACKENDS), "cluster.engine_backend")
     errs += _choice(cfg.model.dtype, ["float32", "bfloat16"], "model.dtype")
     if a.n_samples_per_prompt < 2:
         errs.append(
@@ -110,7 +138,7 @@ def validate(cfg: Config) -> None:
     if t.resume_mode == "from_path" and not t.resume_path:
         errs.append("trainer.resume_mode=from_path needs trainer.resume_path=<ckpt_path>/global_step_N")
     if c.engine_backend == "vllm":
-        errs.append("cluster.engine_backend=vllm is not available yet; use cluster.engine_backend=transformers")
+        errs += _vllm_errors(cfg)
     if t.heldout_eval_size and (not t.eval_interval or e.eval_set == "heldout"):
         errs.append("trainer.heldout_eval_size needs trainer.eval_interval > 0 and an env.eval_set other than heldout")
     if t.eval_interval and not cfg.logger.jsonl:

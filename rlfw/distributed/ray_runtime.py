@@ -91,7 +91,7 @@ class RayRuntime:
         first = 0 if c.colocate_all else 1
         self.engine_actors = [
             ray.remote(EngineWorker).options(max_restarts=c.max_engine_restarts, **opts(first + i)).remote(
-                cfg.model, model_path, c.torch_threads, c.engine_backend, c.gpus_per_worker)
+                cfg.model, model_path, c.torch_threads, c)
             for i in range(c.num_engines)
         ]
         self.policy = _Proxy(self.policy_actor)

@@ -12,7 +12,7 @@ import time
 
 import torch
 
-from rlfw.config import AlgoConfig, ModelConfig
+from rlfw.config import AlgoConfig, ClusterConfig, ModelConfig
 from rlfw.rollout.engine import EngineFailure
 from rlfw.rollout.types import Completion, Prompt, SamplingParams, Segment, TrainBatch
 
@@ -96,16 +96,15 @@ class PolicyWorker:
 
 
 class EngineWorker:
-    def __init__(self, model_cfg: ModelConfig, path: str, torch_threads: int, backend: str = "transformers",
-                 gpus: float = 0.0):
-        from rlfw.build import build_policy_model
-        from rlfw.rollout.engine import TransformersEngine
+    """A rollout engine in its own process: the backend `cluster.engine_backend` names (see
+    `rlfw.rollout.backends`), behind the `InferenceEngine` protocol."""
+
+    def __init__(self, model_cfg: ModelConfig, path: str, torch_threads: int, cluster: ClusterConfig | None = None):
+        from rlfw.rollout.backends import build_engine
 
         _threads(torch_threads)
-        if backend != "transformers":
-            raise NotImplementedError(f"engine backend {backend!r} is not available in this build")
-        model, processor = build_policy_model(model_cfg, path)
-        self.engine = TransformersEngine(model.requires_grad_(False), processor, device=worker_device(gpus))
+        cluster = cluster or ClusterConfig(name="local")
+        self.engine = build_engine(cluster.engine_backend, model_cfg, path, cluster, worker_device(cluster.gpus_per_worker))
 
     def generate(self, prompts: list[Prompt], params: SamplingParams) -> list[Completion]:
         return self.engine.generate(prompts, params)
@@ -115,7 +114,7 @@ class EngineWorker:
 
     def set_seed(self, seed: int) -> None:
         """Seed the sampler; a step's rollouts are then a function of (seed, weights)."""
-        torch.manual_seed(seed)
+        self.engine.set_seed(seed)
 
     def peak_rss_mb(self) -> float:
         return peak_rss_mb()

@@ -67,18 +67,19 @@ class PolicyProcessor:
     def _encode_text(self, text: str) -> list[int]:
         return self.tokenizer.encode(text, add_special_tokens=False)
 
-    def _crop(self, image: np.ndarray) -> np.ndarray:
+    def crop(self, image: np.ndarray) -> np.ndarray:
+        """The image as the vision tower sees it: `crop_px` cut from each side (the maze's constant outer wall)."""
         c = self.crop_px
         return image[c:-c, c:-c] if c else image
 
     def n_image_tokens(self, image: np.ndarray) -> int:
         """LM placeholder tokens for `image`, from its size alone (no pixel processing)."""
-        h, w = self._crop(image).shape[:2]
+        h, w = self.crop(image).shape[:2]
         merge = self.image_processor.merge_size
         return self.image_processor.get_number_of_image_patches(h, w) // (merge * merge)
 
     def image_features(self, image: np.ndarray) -> ImageFeatures:
-        out = self.image_processor(images=[self._crop(image)], return_tensors="pt")
+        out = self.image_processor(images=[self.crop(image)], return_tensors="pt")
         return ImageFeatures(out["pixel_values"], out["image_grid_thw"][0])
 
     def encode_message(self, message: dict, images: list[np.ndarray] | None = None) -> list[int]:

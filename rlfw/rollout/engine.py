@@ -166,6 +166,10 @@ class TransformersEngine:
                 self.model.merge_adapter()
         return self.weights_version
 
+    def set_seed(self, seed: int) -> None:
+        """Sampling draws from torch's global generator (the worker process is this engine's own)."""
+        torch.manual_seed(seed)
+
     def sleep(self) -> None:
         """Nothing to release for the transformers engine (it keeps no KV cache between calls)."""
 

@@ -1,6 +1,8 @@
 """Every config group option and experiment preset composes against its schema and validates."""
 
+import importlib.util
 import re
+import sys
 from pathlib import Path
 
 import pytest
@@ -76,7 +78,10 @@ def test_wrong_type_fails_at_compose():
         (["model.lora.dropout=0.1"], "model.lora.dropout"),
         (["env.difficulty=hard"], "env.eval_set=eval64 holds easy"),
         (["trainer.heldout_eval_size=64", "trainer.eval_interval=0"], "trainer.heldout_eval_size"),
-        (["cluster.engine_backend=vllm"], "vllm"),
+        (["cluster.engine_backend=vllm", "cluster.vllm.max_lora_rank=24"], "cluster.vllm.max_lora_rank=24 is not"),
+        (["cluster.engine_backend=vllm", "cluster.vllm.max_lora_rank=16", "model.lora.rank=32"], "model.lora.rank=32 exceeds"),
+        (["cluster.engine_backend=vllm", "cluster.vllm.memory_utilization=1.5"], "cluster.vllm.memory_utilization"),
+        (["cluster.engine_backend=vllm", "cluster.vllm.tensor_parallel_size=2"], "needs cluster.gpus_per_worker >= 2"),
         (["trainer.resume_mode=from_path"], "trainer.resume_path"),
         (["cluster.max_trainer_restarts=-1"], "cluster.max_trainer_restarts=-1"),
         (["algo=gigpo", "env.history=full"], "needs env.history=none"),
@@ -140,3 +145,16 @@ def test_sft_config_composes_and_rejects_noise_without_paths():
         validate_sft(load_sft(["sft.max_minutes=0"]))
     with pytest.raises(ConfigError, match="algo.step_gamma"):
         validate(load(["algo=gigpo", "algo.step_gamma=1.5"]))
+
+
+@pytest.mark.skipif(importlib.util.find_spec("vllm") is not None, reason="vLLM is installed here")
+def test_vllm_backend_without_vllm_says_how_to_install_it():
+    with pytest.raises(ConfigError, match="scripts/setup.sh --vllm"):
+        validate(load(["cluster.engine_backend=vllm"]))
+
+
+def test_vllm_lora_rank_defaults_to_the_smallest_supported_rank():
+    from rlfw.rollout.vllm_engine import vllm_lora_rank
+
+    assert vllm_lora_rank(None, 12) == 16 and vllm_lora_rank(None, 32) == 32 and vllm_lora_rank(64, 8) == 64
+    assert "vllm" not in sys.modules  # choosing and checking the vLLM backend does not import vLLM

