@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Create .venv and install rlfw with its test extras, CPU-only torch pinned (no CUDA download).
 # Usage: bash scripts/setup.sh            (idempotent; re-running only checks the install)
+#        bash scripts/setup.sh --vllm     also the vLLM environment .venv-vllm (scripts/setup_vllm_cpu.sh)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
@@ -17,3 +18,6 @@ if ! .venv/bin/python -m pip install --disable-pip-version-check -c constraints-
 fi
 .venv/bin/python -c "import rlfw, envs, torch, transformers, peft, ray, hydra, gymnasium, pytest, hypothesis, s3fs, moto"
 echo "rlfw: environment ready in .venv ($(.venv/bin/python -c 'import torch; print("torch", torch.__version__)'))"
+if [ "${1:-}" = "--vllm" ]; then
+  bash scripts/setup_vllm_cpu.sh
+fi

