@@ -3,7 +3,7 @@
 An engine generates for a batch of multimodal prompts given as token ids plus images, returns
 generated ids with their log-probabilities, loads a new LoRA adapter (or full weights) from shared
 storage after each training step, and can sleep while a colocated trainer uses the device. The
-vLLM engine (the cluster backend, an optional extra; not built yet) is to implement the same protocol.
+vLLM engine (`rlfw.rollout.vllm_engine`, chosen by `cluster.engine_backend`) implements the same protocol.
 The transformers engine runs on the CPU or on a CUDA device (`device`, from `cluster.gpus_per_worker`).
 """
 
