@@ -132,10 +132,7 @@ class CheckpointStore:
         complete = [p for p in self._step_dirs() if fs.exists(f"{p}/{MANIFEST}")]
         for stale in [p for p in self._step_dirs() if _step_of(p) > step]:
             fs.rm(stale, recursive=True)
-        if max_to_keep > 0:
-            kept = sorted((p for p in complete if _step_of(p) <= step), key=_step_of)
-            for old in kept[:-max_to_keep]:
-                fs.rm(old, recursive=True)
+        _prune(fs, [p for p in complete if _step_of(p) <= step], max_to_keep)
         return final
 
     def _step_dirs(self) -> list[str]:
@@ -229,12 +226,16 @@ class ExportStore:
     def save(self, step: int, policy, max_to_keep: int) -> str:
         path = f"{self.root}/global_step_{step}"
         policy.export_pretrained(self.fs.unstrip_protocol(path), self.storage_options)
-        if max_to_keep > 0:
-            self.fs.invalidate_cache()
-            done = sorted((p for p in self.fs.ls(self.root, detail=False) if _step_of(p) is not None), key=_step_of)
-            for old in done[:-max_to_keep]:
-                self.fs.rm(old, recursive=True)
+        self.fs.invalidate_cache()
+        _prune(self.fs, [p for p in self.fs.ls(self.root, detail=False) if _step_of(p) is not None], max_to_keep)
         return path
+
+
+def _prune(fs, step_dirs: list[str], keep: int) -> None:
+    """Delete all but the `keep` newest global_step_N folders of `step_dirs` (0 keeps all)."""
+    if keep > 0:
+        for old in sorted(step_dirs, key=_step_of)[:-keep]:
+            fs.rm(old, recursive=True)
 
 
 def _get(tree: dict, dotted: str):

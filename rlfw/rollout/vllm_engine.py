@@ -56,17 +56,14 @@ class VLLMEngine:
         self.sleep_level = cfg.sleep_level if torch.cuda.is_available() else 0
         self.processor = PolicyProcessor.from_pretrained(path)
         self.path = path
-        self.lora = model_cfg.lora.rank > 0
-        kwargs = dict(model=path, tokenizer=path, dtype=model_cfg.dtype, seed=seed,
+        # LoRA only (rlfw.validation refuses model.lora.rank=0 with this engine)
+        self.llm = LLM(model=path, tokenizer=path, dtype=model_cfg.dtype, seed=seed,
                       gpu_memory_utilization=cfg.memory_utilization, enforce_eager=cfg.enforce_eager,
                       tensor_parallel_size=cfg.tensor_parallel_size, max_num_seqs=cfg.max_num_seqs,
                       logprobs_mode="processed_logprobs", enable_sleep_mode=self.sleep_level > 0,
                       # per-request seeds: on the CPU backend seeded sampling fails with chunked prefill
-                      enable_chunked_prefill=False, limit_mm_per_prompt={"video": 0})
-        if self.lora:
-            kwargs.update(enable_lora=True, max_loras=1,
-                          max_lora_rank=vllm_lora_rank(cfg.max_lora_rank, model_cfg.lora.rank))
-        self.llm = LLM(**kwargs)
+                      enable_chunked_prefill=False, limit_mm_per_prompt={"video": 0},
+                      enable_lora=True, max_loras=1, max_lora_rank=vllm_lora_rank(cfg.max_lora_rank, model_cfg.lora.rank))
         self.seed = seed
         self.weights_version = 0
         self._lora_request = None
