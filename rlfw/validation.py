@@ -42,9 +42,6 @@ def _vllm_errors(cfg: Config) -> list[str]:
                     ".venv-vllm/bin/python")
     if not 0 < v.memory_utilization < 1:
         errs.append(f"cluster.vllm.memory_utilization={v.memory_utilization} must be in (0, 1)")
-    if not rank:
-        errs.append("cluster.engine_backend=vllm trains LoRA adapters only for now (full-weight reload into a "
-                    "running vLLM engine is not built); set model.lora.rank>0 or cluster.engine_backend=transformers")
     if v.max_lora_rank is not None and v.max_lora_rank not in VLLM_LORA_RANKS:
         errs.append(f"cluster.vllm.max_lora_rank={v.max_lora_rank} is not a rank vLLM accepts: {list(VLLM_LORA_RANKS)}")
     if rank and vllm_lora_rank(v.max_lora_rank, rank) < rank:

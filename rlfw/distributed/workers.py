@@ -170,7 +170,9 @@ class EnginePool:
         self.load_weights(sync_root)
 
     def set_seed(self, seed: int) -> None:
-        self._call_each("set_seed", [(seed * 1000 + i,) for i in range(len(self.engines))])
+        """Every engine gets the same seed: requests draw from (seed, their sample_key), so which
+        engine serves a request does not change its sample, and N engines give the episodes of one."""
+        self._call_each("set_seed", [(seed,)] * len(self.engines))
 
     def peak_rss_mb(self) -> list[float]:
         return self._call_each("peak_rss_mb", [()] * len(self.engines))

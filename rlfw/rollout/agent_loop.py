@@ -110,9 +110,12 @@ def collect(
         running.append(_Running(episode, envs[i], obs))
 
     active = list(running)
-    for _ in range(limits.max_turns):
+    index = {id(r): i for i, r in enumerate(running)}
+    for turn in range(limits.max_turns):
         t0 = time.perf_counter()
         turns = [(r, *_turn_prompt(r, processor, limits.history)) for r in active]
+        for r, prompt, _ in turns:  # the engine draws this turn's sample from (its seed, episode, turn)
+            prompt.sample_key = (index[id(r)], turn)
         for r, prompt, _ in turns:  # per-episode token limit: stop before a turn that cannot fit
             r.episode.truncated_by_tokens = len(prompt.token_ids) + limits.max_new_tokens > limits.max_episode_tokens
         turns = [t for t in turns if not t[0].episode.truncated_by_tokens]

@@ -15,7 +15,7 @@ from typing import Protocol
 import torch
 
 from rlfw.models.processing import PolicyProcessor, collate
-from rlfw.rollout.types import Completion, Prompt, SamplingParams, prompt_key
+from rlfw.rollout.types import Completion, Prompt, SamplingParams, prompt_key, sample_seed
 
 
 class EngineFailure(RuntimeError):
@@ -58,6 +58,7 @@ class TransformersEngine:
         self.processor = processor
         self.max_batch_size = max_batch_size
         self.weights_version = 0
+        self.seed, self._calls = 0, 0  # unkeyed requests are numbered (call, position) since set_seed
         self.stats = {"prompts": 0, "prefilled": 0}  # the prefix sharing at work, for benchmarks
         # A LoRA adapter is merged into the base weights for inference (no extra matmuls per layer);
         # loading new weights unmerges the old adapter first. merge_lora=False serves a model that is
@@ -73,11 +74,12 @@ class TransformersEngine:
     @torch.no_grad()
     def generate(self, prompts: list[Prompt], params: SamplingParams) -> list[Completion]:
         out: list[Completion] = []
+        self._calls += 1
         for start in range(0, len(prompts), self.max_batch_size):
-            out.extend(self._generate_batch(prompts[start : start + self.max_batch_size], params))
+            out.extend(self._generate_batch(prompts[start : start + self.max_batch_size], params, start))
         return out
 
-    def _generate_batch(self, prompts: list[Prompt], params: SamplingParams) -> list[Completion]:
+    def _generate_batch(self, prompts: list[Prompt], params: SamplingParams, offset: int = 0) -> list[Completion]:
         p = self.processor
         # one prefill row per distinct prompt; `rows[i]` is prompt i's row
         row_of: dict[tuple, int] = {}
@@ -117,12 +119,13 @@ class TransformersEngine:
         ids = torch.full((n, params.max_new_tokens), p.pad_token_id, dtype=torch.long, device=dev)
         logps = torch.zeros(n, params.max_new_tokens, device=dev)
         done = torch.zeros(n, dtype=torch.bool, device=dev)
+        generators = None if params.greedy else [self._generator(pr, offset + i) for i, pr in enumerate(prompts)]
         for t in range(params.max_new_tokens):
             # log-probs of the model's own distribution (raw logits / T), which is what the trainer
             # computes (rlfw.policy.sequence_logprobs at algo.temperature); banned tokens are never sampled
             scaled = logits / temperature
             logp_all = torch.log_softmax(scaled, -1)
-            token = _sample(scaled, banned, params)
+            token = _sample(scaled, banned, params, generators)
             token = torch.where(done, torch.full_like(token, p.pad_token_id), token)
             ids[:, t] = token
             logps[:, t] = logp_all.gather(-1, token[:, None]).squeeze(-1)
@@ -167,8 +170,13 @@ class TransformersEngine:
         return self.weights_version
 
     def set_seed(self, seed: int) -> None:
-        """Sampling draws from torch's global generator (the worker process is this engine's own)."""
-        torch.manual_seed(seed)
+        """Each request then samples from its own generator, seeded from (seed, the request's
+        `sample_key`), so its draws do not depend on the batch it shares or on how many engines do."""
+        self.seed, self._calls = seed, 0
+
+    def _generator(self, prompt: Prompt, position: int) -> torch.Generator:
+        key = (1, *prompt.sample_key) if prompt.sample_key else (0, self._calls, position)
+        return torch.Generator().manual_seed(sample_seed(self.seed, key))
 
     def sleep(self) -> None:
         """Nothing to release for the transformers engine (it keeps no KV cache between calls)."""
@@ -177,14 +185,20 @@ class TransformersEngine:
         """Counterpart of sleep."""
 
 
-def _sample(logits: torch.Tensor, banned: torch.Tensor, params: SamplingParams) -> torch.Tensor:
-    """Greedy or (nucleus) sampling from temperature-scaled logits [B, V], never a banned token."""
+def _sample(logits: torch.Tensor, banned: torch.Tensor, params: SamplingParams,
+            generators: list[torch.Generator] | None = None) -> torch.Tensor:
+    """Greedy or (nucleus) sampling from temperature-scaled logits [B, V], never a banned token.
+
+    Sampling is the Gumbel-max trick with row b's uniforms drawn from generators[b] (one per
+    request), an exact draw from softmax(logits) restricted to the nucleus."""
     logits = logits.index_fill(-1, banned, float("-inf"))
     if params.greedy:
         return logits.argmax(-1)
-    probs = torch.softmax(logits, -1)
     if params.top_p < 1.0:
-        sorted_p, order = probs.sort(-1, descending=True)
-        keep = sorted_p.cumsum(-1) - sorted_p < params.top_p  # the smallest set reaching top_p
-        probs = torch.zeros_like(probs).scatter(-1, order, sorted_p * keep)
-    return torch.multinomial(probs, 1).squeeze(-1)
+        sorted_p, order = torch.softmax(logits, -1).sort(-1, descending=True)
+        outside = sorted_p.cumsum(-1) - sorted_p >= params.top_p  # beyond the smallest set reaching top_p
+        logits = logits.masked_fill(torch.zeros_like(outside).scatter(-1, order, outside), float("-inf"))
+    assert generators is not None and len(generators) == len(logits)
+    u = torch.stack([torch.rand(logits.shape[-1], generator=g) for g in generators])
+    gumbel = -torch.log(-torch.log(u.clamp(min=1e-30)))  # [B, V]; the clamp keeps u = 0 finite
+    return (logits + gumbel.to(logits.device)).argmax(-1)

@@ -27,6 +27,29 @@ class Prompt:
 
     token_ids: list[int]  # [T]
     images: list[np.ndarray]  # each uint8 [H, W, 3], in placeholder order
+    sample_key: tuple[int, ...] = ()
+    """Names this request's random draws: an engine seeded with s samples a request from
+    (s, sample_key) alone, whatever else is in the batch and however many engines share it. The agent
+    loop sets (episode index, turn); without a key an engine numbers its requests itself."""
+
+
+_M64 = 2**64 - 1
+
+
+def _splitmix64(x: int) -> int:
+    x = (x + 0x9E3779B97F4A7C15) & _M64
+    x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) & _M64
+    x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) & _M64
+    return x ^ (x >> 31)
+
+
+def sample_seed(seed: int, key: tuple[int, ...]) -> int:
+    """A 63-bit seed for one request's draws, from the engine's seed and the request's key (a
+    splitmix64 chain: cheap enough to run per request, and no two nearby keys share a stream)."""
+    h = _splitmix64(seed & _M64)
+    for k in key:
+        h = _splitmix64(h ^ (k & _M64))
+    return h >> 1
 
 
 @dataclass

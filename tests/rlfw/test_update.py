@@ -23,8 +23,13 @@ def test_micro_batch_split_does_not_change_the_update(tmp_path, reduction):
         policy.update(batch, step=1, seed=7)
         policy.update(batch, step=2, seed=8)  # second step: LoRA A moves too
         results.append(policy.trainable_state())
+    # AdamW divides by sqrt(v): an element whose gradient is ~0 turns float noise between the two
+    # summation orders into a visible step, so allow a few such elements (a weighting bug moves
+    # nearly every element by ~lr = 1e-2)
     for name in results[0]:
-        torch.testing.assert_close(results[0][name], results[1][name], atol=1e-6, rtol=1e-4)
+        diff = (results[0][name] - results[1][name]).abs()
+        assert float((diff > 1e-6).float().mean()) < 0.02, name
+        torch.testing.assert_close(results[0][name], results[1][name], atol=1e-4, rtol=1e-4)
 
 
 @pytest.mark.parametrize("old_logprobs", ["trainer", "rollout"])

@@ -28,7 +28,7 @@ def engines(tmp_path_factory):
     algo = AlgoConfig(name="grpo", lr=5e-2, tasks_per_step=2, tasks_per_optimizer_step=2, sequences_per_forward=32)
     policy = PolicyWorker(MODEL, algo, SHIPPED, total_steps=4, seed=0, torch_threads=1)
     policy.save_weights(sync, 0)
-    cluster = ClusterConfig(name="t", vllm=VLLMConfig(memory_utilization=0.2))
+    cluster = ClusterConfig(name="t", vllm=VLLMConfig(memory_utilization=0.15))
     vllm_engine = build_engine("vllm", MODEL, SHIPPED, cluster, "cpu")
     hf_engine = build_engine("transformers", MODEL, SHIPPED, cluster, "cpu")
     for e in (vllm_engine, hf_engine):
@@ -118,3 +118,59 @@ def test_after_a_sync_the_engine_samples_from_the_new_adapter(engines):
     np.testing.assert_allclose(flat(fresh), flat(reference), atol=1e-4)
     if len(flat(stale)) == len(flat(reference)):
         assert np.abs(flat(stale) - flat(reference)).max() > 1e-3, "a stale engine went unnoticed"
+
+
+def test_a_batch_split_across_engines_samples_the_same_episodes(engines):
+    """What two engines do to a turn's batch (the pool gives each a share, all with the step's
+    seed), done to one engine: the episodes do not change."""
+    from rlfw.distributed.workers import EnginePool
+
+    vllm_engine = engines[0]
+    serial = lambda parts: [getattr(e, m)(*a) for e, m, a in parts]
+    tasks = [Task(seed=10**6 + i) for i in range(3)]
+    runs = []
+    for pool in (EnginePool([vllm_engine], serial), EnginePool([vllm_engine, vllm_engine, vllm_engine], serial)):
+        pool.set_seed(21)
+        runs.append([(e.actions, [s.token_ids for s in e.segments]) for e in
+                     _episodes(pool, tasks, 4, SamplingParams(temperature=1.0, max_new_tokens=4))])
+    assert runs[0] == runs[1]
+    assert len({tuple(a) for a, _ in runs[0]}) > 1
+
+
+def test_full_fine_tuning_reloads_the_weights(tmp_path):
+    """model.lora.rank=0: after an update the engine reloads the whole model in place and its
+    log-probs are the trainer's new ones (the transformers engine on the same folder)."""
+    from rlfw.config import AlgoConfig, ClusterConfig
+    from rlfw.distributed.workers import PolicyWorker
+    from rlfw.rollout.backends import build_engine
+    from rlfw.rollout.types import TrainBatch
+
+    model = ModelConfig(name="tiny_vl_sft", path=SHIPPED, lora=LoraConfig(rank=0))
+    sync = str(tmp_path / "sync")
+    algo = AlgoConfig(name="grpo", lr=1e-3, tasks_per_step=2, tasks_per_optimizer_step=2, sequences_per_forward=32)
+    policy = PolicyWorker(model, algo, SHIPPED, total_steps=4, seed=0, torch_threads=1)
+    policy.save_weights(sync, 0)
+    cluster = ClusterConfig(name="t", vllm=VLLMConfig(memory_utilization=0.15))
+    vllm_engine = build_engine("vllm", model, SHIPPED, cluster, "cpu")
+    hf_engine = build_engine("transformers", model, SHIPPED, cluster, "cpu")
+    assert vllm_engine.load_weights(sync) == 0
+    vllm_engine.set_seed(5)
+    episodes = _episodes(vllm_engine, [Task(seed=10**6 + i) for i in range(2)], 4,
+                         SamplingParams(temperature=1.0, max_new_tokens=4))
+    segments = [s for e in episodes for s in e.segments]
+    advantages = [1.0 if i % 2 else -1.0 for i in range(len(segments))]
+    policy.update(TrainBatch(segments, advantages, [e.group_id for e in episodes for _ in e.segments]), step=1)
+    policy.save_weights(sync, 1)
+
+    def greedy_logprobs(engine):
+        eps = _episodes(engine, [Task(seed=10**6 + 7), Task(seed=10**6 + 8)], 1, SamplingParams(max_new_tokens=4, greedy=True))
+        return [s.logprobs for e in eps for s in e.segments]
+
+    before = greedy_logprobs(vllm_engine)
+    assert vllm_engine.load_weights(sync) == 1 and hf_engine.load_weights(sync) == 1
+    after, reference = greedy_logprobs(vllm_engine), greedy_logprobs(hf_engine)
+    flat = lambda xs: np.concatenate([np.asarray(x) for x in xs])
+    assert len(flat(after)) == len(flat(reference))
+    np.testing.assert_allclose(flat(after), flat(reference), atol=1e-4)
+    if len(flat(before)) == len(flat(reference)):
+        assert np.abs(flat(before) - flat(reference)).max() > 1e-3, "the reload changed nothing"
