@@ -2,7 +2,8 @@
 
 Backends that are switched off are simply absent from `self.sinks`, so the training loop calls
 `log(step, metrics)` without any `if wandb` branches. Metric names are namespaced
-(`train/`, `eval/`, `timing/`, `policy/`).
+(`train/`, `eval/`, `timing/`, `policy/`). `log_images(step, {tag: file})` sends pictures (PNG, or
+GIF shown animated) to TensorBoard and wandb; the console and metrics.jsonl skip them.
 
 Messages that matter (resume notices, config-change warnings, engine restarts, the resume hint)
 go through `message`: to the console and, with a timestamp, to `run.log` in the run folder, as do
@@ -36,6 +37,9 @@ class _Jsonl:
     def log(self, step: int, metrics: dict[str, float]) -> None:
         self.f.write(json.dumps({"step": step, **metrics}) + "\n")
 
+    def log_images(self, step: int, images: dict[str, Path]) -> None:
+        """metrics.jsonl holds numbers only."""
+
     def close(self) -> None:
         self.f.close()
 
@@ -58,6 +62,19 @@ class _TensorBoard:
             self.w.add_scalar(k, v, step)
         self.w.flush()
 
+    def log_images(self, step: int, images: dict[str, Path]) -> None:
+        """Each file's bytes as an image summary, as `add_video` writes its GIFs (without moviepy):
+        TensorBoard's image panel shows a GIF animated."""
+        from PIL import Image
+        from tensorboard.compat.proto.summary_pb2 import Summary
+
+        for tag, path in images.items():
+            with Image.open(path) as im:
+                width, height = im.size
+            image = Summary.Image(height=height, width=width, colorspace=3, encoded_image_string=path.read_bytes())
+            self.w._get_file_writer().add_summary(Summary(value=[Summary.Value(tag=tag, image=image)]), step)
+        self.w.flush()
+
     def close(self) -> None:
         self.w.close()
 
@@ -72,6 +89,12 @@ class _Wandb:
 
     def log(self, step: int, metrics: dict[str, float]) -> None:
         self.run.log(metrics, step=step)
+
+    def log_images(self, step: int, images: dict[str, Path]) -> None:
+        import wandb
+
+        self.run.log({tag: wandb.Video(str(p)) if p.suffix == ".gif" else wandb.Image(str(p))
+                      for tag, p in images.items()}, step=step)
 
     def truncate_after(self, step: int) -> None:
         """wandb keeps its history; the resumed run logs into a new offline run."""
@@ -115,6 +138,11 @@ class MetricLogger:
         self.last_step = step
         for sink in self.sinks:
             sink.log(step, metrics)
+
+    def log_images(self, step: int, images: dict[str, Path]) -> None:
+        """Send image files (PNG or GIF) by tag to TensorBoard and wandb, when they are on."""
+        for sink in self.sinks:
+            sink.log_images(step, images)
 
     def truncate_after(self, step: int) -> None:
         """Drop metrics logged after `step` (a resumed run logs those steps again)."""

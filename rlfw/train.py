@@ -22,7 +22,7 @@ from rlfw import checkpoint
 from rlfw.algos import get_adv_est, nonconstant_groups, step_advantages
 from rlfw.build import eval_tasks, make_env_fn, training_filter
 from rlfw.config import AlgoConfig, Config
-from rlfw.evaluate import episode_metrics, evaluate
+from rlfw.evaluate import episode_metrics, evaluate, evaluation_images
 from rlfw.models.processing import PolicyProcessor
 from rlfw.rollout.agent_loop import LoopLimits, collect
 from rlfw.rollout.engine import EngineFailure
@@ -165,6 +165,8 @@ def train(cfg: Config, out_dir: Path, model_path: str, policy, engine, logger) -
         metrics["timing/eval"] = time.perf_counter() - t0
         metrics["timing/elapsed_min"] = elapsed_min()
         logger.log(step, metrics)
+        logger.log_images(step, evaluation_images(out_dir / "eval" / f"step_{step:06d}",
+                                                  out_dir / "metrics.jsonl", a.name))
         for name, (_, layouts) in chosen.items():
             ceiling = metrics.get(f"eval/{name}/solvable_fraction")
             logger.message(f"step {step}: eval/{name}/pass_at_1={metrics[f'eval/{name}/pass_at_1']:.3f}"

@@ -49,3 +49,32 @@ def test_non_finite_metrics_are_kept_and_reported_once(tmp_path):
     assert sum("policy/loss=nan" in line for line in log) == 1
     assert any("step 2: not finite: policy/kl=inf" in line for line in log)
     assert log[-1].endswith("resumed from somewhere (step 1)")
+
+
+def test_images_reach_tensorboard_and_wandb_offline(tmp_path, monkeypatch):
+    """A GIF is sent as it is (TensorBoard shows it animated; wandb as a video), a PNG as an image;
+    wandb runs offline and keeps the files under its run folder."""
+    from PIL import Image
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    frames = [Image.new("RGB", (256, 300), c) for c in ("white", "black")]
+    frames[0].save(tmp_path / "e.gif", save_all=True, append_images=frames[1:], duration=[100, 500])
+    frames[0].save(tmp_path / "plot.png")
+    cfg = LoggerConfig(console=False, jsonl=True, tensorboard=True)
+    cfg.wandb.mode = "offline"
+    logger = MetricLogger(cfg, tmp_path, total_steps=4)
+    logger.log(3, {"eval/maze/pass_at_1": 0.5})
+    logger.log_images(3, {"eval/maze/episode_000": tmp_path / "e.gif", "eval/pass_at_1_plot": tmp_path / "plot.png"})
+    logger.close()
+
+    events = EventAccumulator(str(tmp_path / "tensorboard"), size_guidance={"images": 0})
+    events.Reload()
+    (gif,), (png,) = events.Images("eval/maze/episode_000"), events.Images("eval/pass_at_1_plot")
+    assert gif.step == png.step == 3 and (gif.width, gif.height) == (256, 300)
+    assert gif.encoded_image_string == (tmp_path / "e.gif").read_bytes()
+    assert png.encoded_image_string == (tmp_path / "plot.png").read_bytes()
+    (run,) = (tmp_path / "wandb").glob("offline-run-*")
+    media = sorted(p.relative_to(run / "files" / "media") for p in (run / "files" / "media").rglob("*.*"))
+    assert [(p.parts[0], p.suffix) for p in media] == [("images", ".png"), ("videos", ".gif")], media
+    assert [json.loads(r)["step"] for r in (tmp_path / "metrics.jsonl").read_text().splitlines()] == [3]
