@@ -1,4 +1,8 @@
-"""What a run prints and draws at the end: pass@1 before and after, per evaluation set, and curves."""
+"""What a run prints and draws at the end: pass@1 before and after, per evaluation set, and curves.
+
+    python -m rlfw.report <run folder>     # print the before/after table, redraw pass_at_1.png
+    python -m rlfw.report <sweep folder>   # rebuild summary.csv/md/png of a sweep (rlfw/sweep_report.py)
+"""
 
 from __future__ import annotations
 
@@ -59,3 +63,27 @@ def plot(runs: dict[str, Path], out: Path, keys: list[str] | None = None, x: str
     fig.savefig(out, dpi=120)
     plt.close(fig)
     return out
+
+
+def main(argv: list[str] | None = None) -> None:
+    import argparse
+
+    ap = argparse.ArgumentParser(prog="python -m rlfw.report", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("folder", type=Path, help="a run folder (metrics.jsonl) or a sweep folder (hydra.sweep.dir)")
+    folder = ap.parse_args(argv).folder
+    if (folder / "metrics.jsonl").exists():
+        print(before_after(folder / "metrics.jsonl"))
+        print(f"wrote {plot({folder.name: folder / 'metrics.jsonl'}, folder / 'pass_at_1.png')}")
+        return
+    from rlfw.sweep_report import SUMMARY_FILES, is_sweep_dir, to_markdown, write_summary
+
+    if not is_sweep_dir(folder):
+        ap.error(f"{folder} holds neither metrics.jsonl (a run) nor job folders with .hydra/ (a sweep)")
+    sweep = write_summary(folder)
+    print(to_markdown(sweep))
+    print(f"wrote {', '.join(str(folder / n) for n in SUMMARY_FILES)}")
+
+
+if __name__ == "__main__":
+    main()
