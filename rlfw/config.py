@@ -218,6 +218,21 @@ class VLLMConfig:
 
 
 @dataclass
+class FSDPConfig:
+    """FSDP2 settings of the training ranks (cluster.trainer_ranks > 1; `rlfw.distributed.ranks`)."""
+
+    mixed_precision: bool = True
+    """bf16 parameters and activations with fp32 gradient reduction, on CUDA only (on CPU fp32 was
+    faster for small models)."""
+    activation_checkpointing: bool = False
+    """Recompute each transformer block in the backward pass: less activation memory, more compute."""
+    cpu_offload: bool = False
+    """Keep sharded parameters, gradients and optimizer state in host memory (CUDA only)."""
+    timeout_s: float = 600.0
+    """How long a collective waits for a missing rank before the group fails (and the run resumes)."""
+
+
+@dataclass
 class ClusterConfig:
     name: str = MISSING
     """Preset name."""
@@ -228,6 +243,11 @@ class ClusterConfig:
     on a GPU machine, `bash scripts/setup.sh --vllm` for the CPU build here)."""
     vllm: VLLMConfig = field(default_factory=VLLMConfig)
     """vLLM engine settings (used with engine_backend=vllm)."""
+    trainer_ranks: int = 1
+    """Training processes in one torch.distributed group, the policy sharded over them with FSDP2
+    (gloo on CPU, nccl on GPU). Rank i shares bundle i with engine i when colocate_all."""
+    fsdp: FSDPConfig = field(default_factory=FSDPConfig)
+    """FSDP2 settings (used with trainer_ranks > 1)."""
     colocate_all: bool = True
     """Place the trainer and the engines on the same bundles; engines sleep while the trainer updates."""
     cpus_per_worker: int = 1

@@ -6,6 +6,10 @@ is a single on-policy optimizer step) and the reference log-probs for the KL ter
 `update_epochs` passes of mini-batches, each a few micro-batches of gradient accumulation. Losses
 are weighted across micro-batches so that token-mean and sequence-mean reductions are exact over
 the whole mini-batch. Log-probs are taken at the sampling temperature, like the engine's.
+
+With several training ranks (`rlfw.distributed.ranks`) each rank runs its share of every chunk of
+work, weighted by the whole mini-batch's totals, and the gradients are summed, so the update is the
+one-rank update; checkpoints and published weights are gathered whole (any rank count resumes).
 """
 
 from __future__ import annotations
@@ -18,7 +22,8 @@ import numpy as np
 import torch
 
 from rlfw.algos import aggregate, entropy_from_logits, get_policy_loss, kl_estimate, masked_mean
-from rlfw.config import AlgoConfig
+from rlfw.config import AlgoConfig, FSDPConfig
+from rlfw.distributed.ranks import Ranks
 from rlfw.models.processing import PolicyProcessor, collate
 from rlfw.models.weights import save_policy_weights
 from rlfw.rollout.types import Segment, TrainBatch, segment_key
@@ -27,20 +32,24 @@ from rlfw.schedule import lr_factor
 
 class PolicyTrainer:
     def __init__(self, model: torch.nn.Module, processor: PolicyProcessor, algo: AlgoConfig,
-                 total_steps: int, seed: int = 0, device: str = "cpu"):
-        self.model = model.to(device)
+                 total_steps: int, seed: int = 0, device: str = "cpu", ranks: Ranks | None = None,
+                 fsdp: FSDPConfig | None = None):
+        self.ranks = ranks or Ranks(device=device)
         self.processor = processor
         self.algo = algo
         self.total_steps = total_steps
         self.device = torch.device(device)
         self.loss_fn = get_policy_loss(algo.policy_loss_type)
-        self.params = [p for p in model.parameters() if p.requires_grad]
-        self.optimizer = torch.optim.AdamW(self.params, lr=algo.lr, weight_decay=algo.weight_decay)
         self.is_peft = hasattr(model, "disable_adapter")
+        model = model.to(device)
         # Full fine-tuning with a KL term needs a frozen copy; LoRA just disables the adapter.
         self.ref_model = None
         if algo.use_kl_loss and not self.is_peft:
-            self.ref_model = copy.deepcopy(model).eval().requires_grad_(False)
+            self.ref_model = self.ranks.shard(copy.deepcopy(model).eval().requires_grad_(False), FSDPConfig())
+        self.model = self.ranks.shard(model, fsdp or FSDPConfig())
+        self.names = [n for n, p in self.model.named_parameters() if p.requires_grad]
+        self.params = [p for p in self.model.parameters() if p.requires_grad]
+        self.optimizer = torch.optim.AdamW(self.params, lr=algo.lr, weight_decay=algo.weight_decay)
         self.generator = torch.Generator().manual_seed(seed)
         self.optimizer_steps = 0
         self.dedup = True  # one forward pass per distinct segment (see _duplicates); off only to measure it
@@ -55,16 +64,24 @@ class PolicyTrainer:
         out: list[torch.Tensor | None] = [None] * len(segments)
         self.model.eval()
         keys = [segment_key(s) for s in segments]
-        for chunk in _chunks(self._duplicates(list(range(len(segments))), keys), self.algo.sequences_per_forward):
+        groups = self._duplicates(list(range(len(segments))), keys)
+        mine: dict[int, torch.Tensor] = {}
+        for chunk, real in self.ranks.share(_chunks(groups, self.algo.sequences_per_forward)):
             segs = [segments[group[0]] for group in chunk]
             if reference and self.is_peft:
                 with self.model.disable_adapter():
                     logp, _, _ = self._forward(segs)
             else:
                 logp, _, _ = self._forward(segs, self.ref_model if reference else None)
-            for row, (group, s) in enumerate(zip(chunk, segs)):
-                for i in group:
-                    out[i] = logp[row, : len(s.token_ids) - 1].clone()
+            if real:
+                for row, (group, s) in enumerate(zip(chunk, segs)):
+                    mine[group[0]] = logp[row, : len(s.token_ids) - 1].clone()
+        if self.ranks.world > 1:  # every rank needs every segment's log-probs
+            parts = self.ranks.gather({i: lp.cpu() for i, lp in mine.items()})
+            mine = {i: lp.to(self.device) for part in parts for i, lp in part.items()}
+        for group in groups:
+            for i in group:
+                out[i] = mine[group[0]]
         return out
 
     def _duplicates(self, idx: list[int], keys: list[tuple]) -> list[list[int]]:
@@ -146,7 +163,8 @@ class PolicyTrainer:
         per_token_mode = a.loss_reduction == "token-mean"
         self.optimizer.zero_grad(set_to_none=True)
         acc: dict[str, float] = {}
-        for unique in _chunks(self._duplicates(idx, keys), a.sequences_per_forward):
+        # this rank's share of the micro-batches (padding ones, at weight 0, keep FSDP's collectives in step)
+        for unique, real in self.ranks.share(_chunks(self._duplicates(idx, keys), a.sequences_per_forward)):
             # one forward row per distinct segment, expanded to one row per copy for the loss
             logp, mask, entropy = self._forward([segments[group[0]] for group in unique], want_entropy=True)
             rows = torch.tensor([row for row, group in enumerate(unique) for _ in group], device=self.device)
@@ -171,12 +189,15 @@ class PolicyTrainer:
                 stats["kl"] = kl.detach()
             # weight this micro-batch by its share of the mini-batch (tokens or sequences)
             weight = float(mask.sum()) / max(token_total, 1) if per_token_mode else len(chunk) / len(idx)
-            (total * weight).backward()
+            (total * weight * real * self.ranks.loss_scale).backward()
+            if not real:
+                continue
             stats.update(loss=loss.detach(), entropy=ent.detach())
             for k, v in stats.items():
                 acc[k] = acc.get(k, 0.0) + float(v) * weight
-        grad_norm = torch.nn.utils.clip_grad_norm_(
-            self.params, a.max_grad_norm if a.max_grad_norm > 0 else float("inf"))
+        acc = self.ranks.sum_stats(acc)
+        grad_norm = self.ranks.full_tensor(torch.nn.utils.clip_grad_norm_(
+            self.params, a.max_grad_norm if a.max_grad_norm > 0 else float("inf")))
         acc["nonfinite"] = float(not (math.isfinite(acc["loss"]) and math.isfinite(float(grad_norm))))
         # PPO's early stop: the policy already drifted this far from the one that sampled the data
         acc["skipped"] = float(a.target_kl is not None and acc.get("approx_kl", 0.0) > a.target_kl)
@@ -189,41 +210,56 @@ class PolicyTrainer:
         return acc
 
     # -- weights and checkpoints ----------------------------------------------------------------
+    def _gathered(self) -> dict | None:
+        """With several ranks, the weights an export holds (the adapter, or the whole model) gathered
+        whole; with one, None (save_pretrained reads the model itself)."""
+        return self.ranks.full_state(self.model, trainable_only=self.is_peft) if self.ranks.world > 1 else None
+
     def save_weights(self, sync_root: str | Path, version: int) -> Path:
-        return save_policy_weights(self.model, sync_root, version)
+        """Publish version `version` for the engines (rank 0 writes; every rank takes part in the gather)."""
+        state = self._gathered()
+        if self.ranks.is_main:
+            save_policy_weights(self.model, sync_root, version, state_dict=state)
+        self.ranks.barrier()
+        return Path(sync_root) / f"v{version}"
 
     def state_dict(self) -> dict:
         """Everything the update depends on: trainable weights, AdamW, step count (the LR is a
-        function of the step, which the driver's checkpoint holds)."""
+        function of the step, which the driver's checkpoint holds). Keyed by parameter name and
+        gathered whole, so a checkpoint from N ranks resumes on M."""
+        trainable = self.ranks.full_state(self.model, trainable_only=True)
         return {
-            "model": {n: p.detach().cpu().clone() for n, p in self.model.named_parameters() if p.requires_grad},
-            "optimizer": self.optimizer.state_dict(),
+            "model": {n: trainable[n] for n in self.names},
+            "optimizer": self.ranks.optimizer_state(self.optimizer, self.names),
             "optimizer_steps": self.optimizer_steps,
         }
 
     def load_state_dict(self, state: dict) -> None:
-        params = dict((n, p) for n, p in self.model.named_parameters() if p.requires_grad)
+        params = dict(zip(self.names, self.params))
         if params.keys() != state["model"].keys():
             missing = sorted(params.keys() - state["model"].keys())[:3]
             extra = sorted(state["model"].keys() - params.keys())[:3]
             raise RuntimeError(f"checkpoint weights do not match the model: missing {missing}, unexpected {extra}")
         with torch.no_grad():
             for name, p in params.items():
-                p.copy_(state["model"][name])
-        self.optimizer.load_state_dict(state["optimizer"])
+                p.copy_(self.ranks.place_like(state["model"][name], p))
+        self.ranks.load_optimizer_state(self.optimizer, self.params, self.names, state["optimizer"])
         self.optimizer_steps = state["optimizer_steps"]
 
     def export_pretrained(self, url: str, storage_options: dict | None = None) -> None:
         """An inference-ready folder (PEFT adapter or full model, plus processor) at any fsspec URL,
-        written whole or not at all (`rlfw.storage.atomic_dir`)."""
+        written whole or not at all (`rlfw.storage.atomic_dir`); by rank 0."""
         import fsspec
 
         from rlfw.storage import atomic_dir, local_dir_for
 
-        fs, path = fsspec.core.url_to_fs(url, **(storage_options or {}))
-        with atomic_dir(fs, path) as staging, local_dir_for(fs, staging) as local:
-            self.model.save_pretrained(local)
-            self.processor.save_pretrained(local)
+        state = self._gathered()
+        if self.ranks.is_main:
+            fs, path = fsspec.core.url_to_fs(url, **(storage_options or {}))
+            with atomic_dir(fs, path) as staging, local_dir_for(fs, staging) as local:
+                self.model.save_pretrained(local, **({"state_dict": state} if state is not None else {}))
+                self.processor.save_pretrained(local)
+        self.ranks.barrier()
 
 
 def sequence_logprobs(model: torch.nn.Module, processor: PolicyProcessor, segments: list[Segment],

@@ -32,11 +32,11 @@ def _fixed_set_size_errors(env: EnvConfig) -> list[str]:
     return []
 
 
-def _vllm_errors(cfg: Config) -> list[str]:
+def _vllm_errors(cfg: Config, environment: bool) -> list[str]:
     from rlfw.rollout.vllm_engine import VLLM_LORA_RANKS, vllm_lora_rank  # vllm itself is not imported
 
     v, rank, errs = cfg.cluster.vllm, cfg.model.lora.rank, []
-    if importlib.util.find_spec("vllm") is None:
+    if environment and importlib.util.find_spec("vllm") is None:
         errs.append("cluster.engine_backend=vllm needs vLLM in this Python environment: on a GPU machine "
                     "pip install -e '.[vllm]'; on a CPU machine bash scripts/setup.sh --vllm, then run with "
                     ".venv-vllm/bin/python")
@@ -57,8 +57,10 @@ def _vllm_errors(cfg: Config) -> list[str]:
     return errs
 
 
-def validate(cfg: Config) -> None:
-    """Check cross-field invariants up front; raise ConfigError listing every problem found."""
+def validate(cfg: Config, environment: bool = True) -> None:
+    """Check cross-field invariants up front; raise ConfigError listing every problem found.
+    `environment=False` leaves out what depends on this machine (is vLLM installed), to check a
+    cluster preset anywhere."""
     from rlfw.algos import KL_KINDS, LOSS_AGG_MODES, import_algo_module, list_adv_ests, list_policy_losses
 
     a, e, c = cfg.algo, cfg.env, cfg.cluster
@@ -100,7 +102,8 @@ def validate(cfg: Config) -> None:
     for key, val in [("algo.sequences_per_forward", a.sequences_per_forward), ("algo.update_epochs", a.update_epochs),
                      ("algo.max_sample_rounds", a.max_sample_rounds),
                      ("env.max_turns", e.max_turns), ("env.max_new_tokens", e.max_new_tokens),
-                     ("cluster.num_engines", c.num_engines), ("cluster.torch_threads", c.torch_threads),
+                     ("cluster.num_engines", c.num_engines), ("cluster.trainer_ranks", c.trainer_ranks),
+                     ("cluster.torch_threads", c.torch_threads),
                      ("trainer.total_steps", cfg.trainer.total_steps)]:
         if val < 1:
             errs.append(f"{key}={val} must be >= 1")
@@ -138,7 +141,7 @@ def validate(cfg: Config) -> None:
     if t.resume_mode == "from_path" and not t.resume_path:
         errs.append("trainer.resume_mode=from_path needs trainer.resume_path=<ckpt_path>/global_step_N")
     if c.engine_backend == "vllm":
-        errs += _vllm_errors(cfg)
+        errs += _vllm_errors(cfg, environment)
     if t.heldout_eval_size and (not t.eval_interval or e.eval_set == "heldout"):
         errs.append("trainer.heldout_eval_size needs trainer.eval_interval > 0 and an env.eval_set other than heldout")
     if t.eval_interval and not cfg.logger.jsonl:

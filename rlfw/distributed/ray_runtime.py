@@ -1,7 +1,8 @@
 """Ray placement: one placement group sized from the config, the trainer and engines as actors.
 
-With `cluster.colocate_all=true` the trainer shares bundle 0 with the first engine (on GPUs the
-engines sleep while the trainer updates); otherwise every worker gets its own bundle. A placement
+With `cluster.colocate_all=true` trainer rank i shares bundle i with engine i (on GPUs the engines
+sleep while the trainer updates); otherwise every worker gets its own bundle. Several trainer ranks
+(`cluster.trainer_ranks`) form one torch.distributed group behind `TrainerGroup`. A placement
 group that cannot be placed fails after `cluster.placement_timeout_s` with the resources it asked
 for and what the cluster has, instead of hanging.
 """
@@ -15,6 +16,7 @@ from ray.util.placement_group import placement_group, remove_placement_group
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
 from rlfw.config import Config
+from rlfw.distributed.ranks import Rendezvous
 from rlfw.distributed.workers import EnginePool, EngineWorker, PolicyWorker
 from rlfw.rollout.engine import EngineFailure
 
@@ -45,6 +47,36 @@ class _Proxy:
         return call
 
 
+class TrainerGroup:
+    """The trainer ranks behind the one-trainer interface: every call runs on all ranks at once (they
+    meet in collectives) and returns rank 0's result. If any rank dies, the call fails at once with
+    TrainerFailure instead of waiting on the others, which would block in a collective."""
+
+    def __init__(self, actors: list):
+        self.actors = actors
+
+    def __getattr__(self, name):
+        def call(*args, **kwargs):
+            refs = [getattr(a, name).remote(*args, **kwargs) for a in self.actors]
+            pending = list(refs)
+            try:
+                while pending:
+                    ready, pending = ray.wait(pending, num_returns=1)
+                    ray.get(ready)  # raises as soon as any rank fails
+                return ray.get(refs[0])
+            except (ray.exceptions.RayActorError, ray.exceptions.ActorUnavailableError) as exc:
+                raise TrainerFailure(f"a trainer rank died during {name}() ({type(exc).__name__})") from exc
+
+        return call
+
+
+@ray.remote(num_cpus=0)
+def _rank0_address() -> tuple[str, int]:
+    from rlfw.distributed.ranks import free_address
+
+    return free_address()
+
+
 def _ray_call(calls):
     try:
         return ray.get([getattr(actor, method).remote(*args) for actor, method, args in calls])
@@ -57,7 +89,7 @@ def bundles_for(cfg: Config) -> list[dict[str, float]]:
     bundle = {"CPU": float(c.cpus_per_worker)}
     if c.gpus_per_worker > 0:
         bundle["GPU"] = float(c.gpus_per_worker)
-    n = c.num_engines if c.colocate_all else c.num_engines + 1
+    n = max(c.num_engines, c.trainer_ranks) if c.colocate_all else c.num_engines + c.trainer_ranks
     return [dict(bundle) for _ in range(n)]
 
 
@@ -86,18 +118,25 @@ class RayRuntime:
                 scheduling_strategy=PlacementGroupSchedulingStrategy(self.pg, placement_group_bundle_index=index),
             )
 
-        self.policy_actor = ray.remote(PolicyWorker).options(**opts(0)).remote(
-            cfg.model, cfg.algo, model_path, cfg.trainer.total_steps, cfg.seed, c.torch_threads, c.gpus_per_worker)
-        first = 0 if c.colocate_all else 1
+        n = c.trainer_ranks
+        address, port = ray.get(_rank0_address.options(scheduling_strategy=PlacementGroupSchedulingStrategy(
+            self.pg, placement_group_bundle_index=0)).remote()) if n > 1 else ("", 0)
+        self.policy_actors = [
+            ray.remote(PolicyWorker).options(**opts(r)).remote(
+                cfg.model, cfg.algo, model_path, cfg.trainer.total_steps, cfg.seed, c.torch_threads, c.gpus_per_worker,
+                Rendezvous(address, port, r, n) if n > 1 else None, c.fsdp)
+            for r in range(n)
+        ]
+        first = 0 if c.colocate_all else n
         self.engine_actors = [
             ray.remote(EngineWorker).options(max_restarts=c.max_engine_restarts, **opts(first + i)).remote(
                 cfg.model, model_path, c.torch_threads, c)
             for i in range(c.num_engines)
         ]
-        self.policy = _Proxy(self.policy_actor)
+        self.policy = _Proxy(self.policy_actors[0]) if n == 1 else TrainerGroup(self.policy_actors)
         self.engine = EnginePool(self.engine_actors, _ray_call)
 
     def shutdown(self) -> None:
-        for actor in [self.policy_actor, *self.engine_actors]:
+        for actor in [*self.policy_actors, *self.engine_actors]:
             ray.kill(actor)
         remove_placement_group(self.pg)

@@ -12,7 +12,8 @@ import time
 
 import torch
 
-from rlfw.config import AlgoConfig, ClusterConfig, ModelConfig
+from rlfw.config import AlgoConfig, ClusterConfig, FSDPConfig, ModelConfig
+from rlfw.distributed.ranks import Ranks, Rendezvous
 from rlfw.rollout.engine import EngineFailure
 from rlfw.rollout.types import Completion, Prompt, SamplingParams, Segment, TrainBatch
 
@@ -43,31 +44,44 @@ def peak_rss_mb() -> float:
 
 
 class PolicyWorker:
+    """One training rank: the policy, its optimizer and, with `rendezvous` for a group of several,
+    its shard (`rlfw.distributed.ranks`). Every rank builds the same model from the same seed."""
+
     def __init__(self, model_cfg: ModelConfig, algo: AlgoConfig, path: str, total_steps: int,
-                 seed: int, torch_threads: int, gpus: float = 0.0):
+                 seed: int, torch_threads: int, gpus: float = 0.0, rendezvous: Rendezvous | None = None,
+                 fsdp: FSDPConfig | None = None):
         from rlfw.algos import import_algo_module
         from rlfw.build import build_policy_model, seed_everything
         from rlfw.policy import PolicyTrainer
 
         _threads(torch_threads)
         import_algo_module(algo.module)  # the user's registered loss must exist in this process too
+        self.model_cfg, self.path = model_cfg, path
+        device = worker_device(gpus)
+        fsdp = fsdp or FSDPConfig()
+        ranks = Ranks.join(rendezvous, device, fsdp.timeout_s) if rendezvous else Ranks(device=device)
         seed_everything(seed)
         model, processor = build_policy_model(model_cfg, path)
-        self.trainer = PolicyTrainer(model, processor, algo, total_steps, seed=seed, device=worker_device(gpus))
+        self.trainer = PolicyTrainer(model, processor, algo, total_steps, seed=seed, device=device,
+                                     ranks=ranks, fsdp=fsdp)
 
     def update(self, batch: TrainBatch, step: int, seed: int = 0) -> dict[str, float]:
         return self.trainer.update(batch, step, seed)
 
-    def save_checkpoint(self, url: str, storage_options: dict) -> dict:
-        """Write the trainer state to `url` (any fsspec URL); return its manifest entry."""
+    def save_checkpoint(self, url: str, storage_options: dict) -> dict | None:
+        """Write the trainer state to `url` (any fsspec URL); return its manifest entry (rank 0 writes
+        the gathered state; the other ranks take part in the gather and return None)."""
         import io
 
         import fsspec
 
         from rlfw.storage import write_file
 
+        state = self.trainer.state_dict()
+        if not self.trainer.ranks.is_main:
+            return None
         buf = io.BytesIO()
-        torch.save(self.trainer.state_dict(), buf)
+        torch.save(state, buf)
         fs, path = fsspec.core.url_to_fs(url, **storage_options)
         return write_file(fs, path, buf.getvalue())
 
@@ -92,7 +106,7 @@ class PolicyWorker:
         return peak_rss_mb()
 
     def trainable_state(self) -> dict[str, torch.Tensor]:
-        return {n: p.detach().clone() for n, p in self.trainer.model.named_parameters() if p.requires_grad}
+        return self.trainer.ranks.full_state(self.trainer.model, trainable_only=True)
 
 
 class EngineWorker:

@@ -24,13 +24,15 @@ def _is_peft(model: torch.nn.Module) -> bool:
     return hasattr(model, "peft_config")
 
 
-def save_policy_weights(model: torch.nn.Module, sync_root: str | Path, version: int) -> Path:
-    """Write version `version` of the trainable weights and point LATEST at it."""
+def save_policy_weights(model: torch.nn.Module, sync_root: str | Path, version: int,
+                        state_dict: dict | None = None) -> Path:
+    """Write version `version` of the trainable weights and point LATEST at it (`state_dict`: the
+    weights gathered from sharded training ranks, else the model's own)."""
     root = Path(sync_root)
     root.mkdir(parents=True, exist_ok=True)
     final = root / f"v{version}"
     with atomic_dir(LOCAL, str(final)) as staging:
-        model.save_pretrained(staging)
+        model.save_pretrained(staging, **({"state_dict": state_dict} if state_dict is not None else {}))
     atomic_write(LOCAL, str(root / "LATEST"), str(version).encode())
     for old in root.glob("v*"):
         if old.name[1:].isdigit() and int(old.name[1:]) <= version - KEEP_VERSIONS:

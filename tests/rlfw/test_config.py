@@ -42,7 +42,7 @@ def test_every_option_composes_and_validates(group):
             continue
         extra = ["env.id=rlfw/GridGoal-v0"] if (group, name) == ("env", "custom") else []
         cfg = load([f"{group}={name}", *extra])
-        validate(cfg)
+        validate(cfg, environment=False)  # cluster presets name engines this machine may not have
 
 
 def test_algo_presets_pick_registered_variants():
