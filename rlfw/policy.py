@@ -266,21 +266,31 @@ def sequence_logprobs(model: torch.nn.Module, processor: PolicyProcessor, segmen
                       want_entropy: bool = False, temperature: float = 1.0):
     """Log-probs of each sequence's next tokens under `model`, at the sampling temperature.
 
-    Returns logp [B, T-1], the loss mask shifted to match [B, T-1], and the entropy [B, T-1] or None.
+    Returns logp [B, T-1], the loss mask shifted to match [B, T-1], and the entropy [B, T-1] or None;
+    all three are 0 off the loss mask. Logits are computed only where the loss mask is on (the
+    generated tokens: a few per turn), never as a [B, T, V] tensor: with Qwen's ~151k vocabulary
+    that tensor would dwarf the model's activations.
     """
     p = processor
     device = next(model.parameters()).device
     feats = [[p.image_features(img) for img in s.images] for s in segments]
     batch = collate([s.token_ids for s in segments], feats, p.image_token_id, p.pad_token_id, left_pad=False)
     batch = {k: v.to(device) for k, v in batch.items()}
-    logits = model(**batch).logits[:, :-1].float() / temperature  # [B, T-1, V]
     targets = batch["input_ids"][:, 1:]  # [B, T-1]
-    logp = torch.log_softmax(logits, -1).gather(-1, targets.unsqueeze(-1)).squeeze(-1)  # [B, T-1]
     mask = torch.zeros(targets.shape, dtype=torch.float32)  # [B, T-1]
     for i, s in enumerate(segments):
         mask[i, : len(s.token_ids) - 1] = torch.tensor(s.loss_mask[1:], dtype=torch.float32)
     mask = mask.to(device)
-    entropy = entropy_from_logits(logits) if want_entropy else None
+    keep = torch.cat([mask.bool(), torch.zeros_like(mask[:, :1], dtype=torch.bool)], dim=1)  # [B, T]: predicts a masked token
+    logits = model(**batch, logits_to_keep=keep).logits  # [N, V]: the kept positions, row-major
+    logits = logits.reshape(-1, logits.shape[-1]).float() / temperature
+    on = mask.bool()  # [B, T-1], the same N positions as keep[:, :-1]
+    logp = torch.zeros_like(mask)
+    logp[on] = torch.log_softmax(logits, -1).gather(-1, targets[on].unsqueeze(-1)).squeeze(-1)
+    entropy = None
+    if want_entropy:
+        entropy = torch.zeros_like(mask)
+        entropy[on] = entropy_from_logits(logits)
     return logp, mask, entropy
 
 

@@ -15,6 +15,9 @@ back, and reported as a ratio; absolute numbers are for orientation only.
 4. Against TRL: see scripts/bench_trl.py (run here when TRL is installed: pip install -e ".[bench]").
 5. Memory: peak RSS of the training worker and of the engine worker, from a short GRPO run through
    Ray (each worker reports its own process's peak).
+6. FSDP2: the policy update on 1 and 2 gloo ranks and the adapter gather (scripts/bench_fsdp.py).
+7. vLLM: the vLLM engine against rlfw's (scripts/bench_vllm.py, run with .venv-vllm's Python when
+   `bash scripts/setup.sh --vllm` made it).
 
     python scripts/bench.py                 # full sizes, about 10 minutes on 2 cores
     python scripts/bench.py --smoke         # seconds; run by the test suite (timings never asserted)
@@ -52,6 +55,7 @@ TINY = TinyVLSpec(num_layers=6, hidden_size=128, intermediate_size=512, patch_si
 # a CPU-sized "large" policy: 8 x 512 language model, 4 x 256 vision tower (about 35M parameters)
 LARGE = TinyVLSpec(num_layers=8, hidden_size=512, num_heads=8, num_kv_heads=4, intermediate_size=2048,
                    vision_hidden_size=256, vision_depth=4, vision_heads=4, patch_size=8, image_crop_px=8)
+SECTIONS = ["rollout", "training", "trl", "memory", "fsdp", "vllm"]
 SMOKE = TinyVLSpec(num_layers=1, hidden_size=64, intermediate_size=128, vision_depth=1, patch_size=8,
                    image_crop_px=8)
 
@@ -174,7 +178,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--smoke", action="store_true", help="tiny sizes, seconds")
     ap.add_argument("--threads", type=int, default=os.cpu_count() or 1, help="torch threads (default: all cores)")
-    ap.add_argument("--skip", nargs="*", default=[], choices=["rollout", "training", "trl", "memory"])
+    ap.add_argument("--skip", nargs="*", default=[], choices=SECTIONS)
     ap.add_argument("--out", type=Path, help="also write the report (Markdown) here")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
@@ -188,7 +192,7 @@ def main() -> None:
 
     def emit(text: str, only: str | None = None) -> None:
         if only:  # the command that reproduces just this section
-            others = " ".join(x for x in ("rollout", "training", "trl", "memory") if x != only)
+            others = " ".join(x for x in SECTIONS if x != only)
             text += f"\n\nreproduce: `{command} --skip {others}`"
         print(text + "\n", flush=True)
         sections.append(text)
@@ -215,10 +219,25 @@ def main() -> None:
         emit("## 4. Against TRL's GRPOTrainer\n\n" + trl_section(args), "trl")
     if "memory" not in args.skip:
         emit("## 5. Memory\n\n" + table(["process", "peak RSS"], memory(args, tmp)), "memory")
+    if "fsdp" not in args.skip:
+        emit("## 6. FSDP2: 1 and 2 training ranks\n\n" + script_section("bench_fsdp.py", args), "fsdp")
+    if "vllm" not in args.skip:
+        emit("## 7. The vLLM engine against rlfw's\n\n" + script_section("bench_vllm.py", args, ROOT / ".venv-vllm" / "bin" / "python"), "vllm")
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text("\n\n".join(sections) + "\n")
         print(f"wrote {args.out}")
+
+
+def script_section(script: str, args, python: Path | None = None) -> str:
+    """Another benchmark script's table (run with `python`, default this interpreter)."""
+    if python is not None and not python.exists():
+        return f"skipped: {python} is missing (`bash scripts/setup.sh --vllm` makes it)"
+    cmd = [str(python or sys.executable), str(ROOT / "scripts" / script), *(["--smoke"] if args.smoke else [])]
+    done = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
+    if done.returncode != 0:
+        return f"{script} failed (exit {done.returncode}):\n\n```\n{done.stderr[-2000:]}\n```"
+    return done.stdout.strip()
 
 
 def trl_section(args) -> str:

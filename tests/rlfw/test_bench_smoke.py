@@ -19,12 +19,13 @@ def test_bench_smoke_writes_every_section(tmp_path):
     """scripts/bench.py: machine limit, rollout, training (TRL and memory have their own tests:
     test_bench_trl.py, and the end-to-end run's memory metrics)."""
     out = tmp_path / "results.md"
-    proc = subprocess.run([sys.executable, "scripts/bench.py", "--smoke", "--skip", "trl", "memory", "--out", str(out)],
+    proc = subprocess.run([sys.executable, "scripts/bench.py", "--smoke", "--skip", "trl", "memory", "vllm", "--out", str(out)],
                           cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-2000:]
     text = out.read_text()
-    for heading in ("## 1. Machine limit", "## 2. Rollout", "## 3. Training"):
+    for heading in ("## 1. Machine limit", "## 2. Rollout", "## 3. Training", "## 6. FSDP2"):
         assert heading in text
+    assert "| LoRA r32 | 2 | " in text and "| full fine-tuning | 1 | " in text  # both rank counts ran
     assert "| matmul float32" in text and "| rollout episodes/s |" in text and "of fp32 matmul limit" in text
     assert "| rlfw / batched | rlfw / per-episode |" in text
     assert "reproduce: `python scripts/bench.py --smoke" in text

@@ -126,3 +126,21 @@ def test_a_checkpoint_from_two_ranks_resumes_on_one_and_back(setups, tmp_path):
 def _model_and_path(policy, engine):
     """The ModelConfig and base folder the fixture's policy was built from."""
     return policy.model_cfg, policy.path
+
+
+def test_activation_checkpointing_changes_memory_not_the_update(setups):
+    """cluster.fsdp.activation_checkpointing recomputes each block in the backward pass: the same
+    parameters after two steps."""
+    from rlfw.config import FSDPConfig
+    from rlfw.distributed.workers import PolicyWorker
+
+    policy, engine, batch = setups[4]
+    model, path = _model_and_path(policy, engine)
+    states = []
+    for ckpt in (False, True):
+        worker = PolicyWorker(model, AlgoConfig(**ALGO), path, total_steps=4, seed=0, torch_threads=1,
+                              fsdp=FSDPConfig(activation_checkpointing=ckpt))
+        assert worker.trainer.model.is_gradient_checkpointing == ckpt
+        states.append(_train(worker, batch, "adamw")[0])
+    for name in states[0]:
+        torch.testing.assert_close(states[1][name], states[0][name], atol=1e-6, rtol=1e-5)

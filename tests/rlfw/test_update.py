@@ -155,3 +155,30 @@ def test_target_kl_stops_the_remaining_optimizer_steps(tmp_path):
         assert stats["rollout_logp_abs_diff"] < 1e-3  # the engine sampled from the trainer's weights
     assert counts[None] == (4, 0.0)
     assert counts[1e-9] == (1, 1.0)
+
+
+def test_logits_only_where_the_loss_is(tmp_path):
+    """sequence_logprobs projects to the vocabulary only the positions that predict a generated
+    token (no [B, T, V] logits), with the values of a full forward pass there and 0 elsewhere."""
+    from rlfw.policy import sequence_logprobs
+
+    algo = AlgoConfig(name="grpo", tasks_per_step=2, tasks_per_optimizer_step=2)
+    policy, _, segments, _ = _setup(tmp_path, 4, algo)
+    model, processor = policy.trainer.model, policy.trainer.processor
+    rows = []
+    head = model.get_output_embeddings()
+    hook = head.register_forward_hook(lambda mod, args, out: rows.append(args[0].reshape(-1, args[0].shape[-1]).shape[0]))
+    with torch.no_grad():
+        logp, mask, entropy = sequence_logprobs(model, processor, segments, want_entropy=True)
+    hook.remove()
+    assert rows == [int(mask.sum())] and rows[0] < mask.numel() / 10
+    # reference: full logits
+    from rlfw.models.processing import collate
+
+    feats = [[processor.image_features(im) for im in s.images] for s in segments]
+    batch = collate([s.token_ids for s in segments], feats, processor.image_token_id, processor.pad_token_id, left_pad=False)
+    with torch.no_grad():
+        full = torch.log_softmax(model(**batch).logits[:, :-1].float(), -1)
+    want = full.gather(-1, batch["input_ids"][:, 1:, None]).squeeze(-1) * mask
+    torch.testing.assert_close(logp, want, atol=1e-5, rtol=0)
+    assert float(entropy[mask == 0].abs().sum()) == 0 and float(entropy[mask == 1].min()) > 0
