@@ -93,13 +93,39 @@ def bundles_for(cfg: Config) -> list[dict[str, float]]:
     return [dict(bundle) for _ in range(n)]
 
 
+class ClusterUnreachable(RuntimeError):
+    pass
+
+
+def connect(address: str, timeout_s: float = 5.0) -> None:
+    """Join the Ray cluster at `address` (host:port of its GCS, `auto`, or `ray://host:port`), or fail
+    within seconds saying which address was tried (Ray itself retries for minutes)."""
+    import socket
+
+    tried = os.environ.get("RAY_ADDRESS") or address  # Ray lets RAY_ADDRESS override the argument
+    note = f" (from RAY_ADDRESS, which overrides cluster.ray_address={address})" if tried != address else ""
+    if tried != "auto":
+        host, _, port = tried.removeprefix("ray://").rpartition(":")
+        try:
+            socket.create_connection((host, int(port)), timeout=timeout_s).close()
+        except (OSError, ValueError) as exc:
+            raise ClusterUnreachable(f"no Ray cluster answers at {tried}{note}: {exc}. Start one (`ray start "
+                                     "--head`), fix cluster.ray_address, or leave it unset to start Ray here") from exc
+    try:
+        ray.init(address=tried, log_to_driver=True, configure_logging=False)
+    except ConnectionError as exc:
+        raise ClusterUnreachable(f"could not join the Ray cluster at {tried}{note}: {exc}") from exc
+
+
 class RayRuntime:
     def __init__(self, cfg: Config, model_path: str):
         c = cfg.cluster
         if not ray.is_initialized():
             os.environ.setdefault("RAY_DEDUP_LOGS", "0")
-            kwargs = {"address": c.ray_address} if c.ray_address else {"num_cpus": os.cpu_count()}
-            ray.init(include_dashboard=False, log_to_driver=True, configure_logging=False, **kwargs)
+            if c.ray_address:
+                connect(c.ray_address)
+            else:
+                ray.init(include_dashboard=False, log_to_driver=True, configure_logging=False, num_cpus=os.cpu_count())
         bundles = bundles_for(cfg)
         self.pg = placement_group(bundles, strategy="PACK")
         if not self.pg.wait(timeout_seconds=c.placement_timeout_s):

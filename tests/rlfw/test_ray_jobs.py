@@ -1,0 +1,153 @@
+"""A training run submitted as a Ray job to a real Ray head on 127.0.0.1 (`ray start --head`),
+through the Ray Jobs SDK, as `ray job submit` does: it succeeds and its logs are readable; a job
+stopped mid-run (as a lost node ends it) and resubmitted with the same entrypoint continues from
+its latest checkpoint to the adapter an uninterrupted run ends with; a bad override fails before
+Ray reserves anything, and the job's logs say why.
+
+The head runs with RAY_AUTH_MODE=disabled (loopback only; on a shared cluster use Ray's token
+auth, see the README) and is stopped by its own process group, never `ray stop`."""
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+ROOT = Path(__file__).resolve().parents[2]
+SIGNAL = ["experiment=debug", "model=tiny_vl_sft", "env.max_turns=20", "algo.n_samples_per_prompt=4",
+          "algo.dynamic_sampling=resample", "trainer.total_steps=2", "trainer.eval_interval=0",
+          "trainer.ckpt_interval=1", "trainer.resume_mode=latest", "cluster.ray_address=auto", "logger=console"]
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def head(tmp_path_factory):
+    """A Ray head with its job server, on loopback; yields its dashboard address."""
+    temp = Path(f"/tmp/rlfw-ray-{os.getpid()}")  # Ray's socket paths must stay short
+    port, dash = _free_port(), _free_port()
+    env = dict(os.environ, RAY_AUTH_MODE="disabled", PATH=f"{Path(sys.executable).parent}:{os.environ['PATH']}")
+    env.pop("RAY_ADDRESS", None)
+    proc = subprocess.Popen([str(Path(sys.executable).parent / "ray"), "start", "--head", "--block",
+                             "--node-ip-address", "127.0.0.1", "--port", str(port), "--dashboard-host", "127.0.0.1",
+                             "--dashboard-port", str(dash), "--temp-dir", str(temp), "--num-cpus", "2",
+                             "--include-dashboard", "true"],
+                            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    address = f"http://127.0.0.1:{dash}"
+    try:
+        from ray.job_submission import JobSubmissionClient
+
+        deadline = time.time() + 120
+        while True:
+            assert proc.poll() is None, "ray start exited"
+            try:
+                JobSubmissionClient(address).list_jobs()
+                break
+            except Exception:
+                assert time.time() < deadline, "the Ray head's job server did not come up"
+                time.sleep(1)
+        yield address
+    finally:
+        os.killpg(proc.pid, signal.SIGTERM)  # the head and everything it started, nothing else
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+        shutil.rmtree(temp, ignore_errors=True)
+
+
+def _entrypoint(out: Path, *extra: str) -> str:
+    return f"cd {ROOT} && python -m rlfw.run " + " ".join([*SIGNAL, f"trainer.output_dir={out}", *extra])
+
+
+def _wait(client, job_id: str, timeout_s: float = 400):
+    from ray.job_submission import JobStatus
+
+    deadline = time.time() + timeout_s
+    while (status := client.get_job_status(job_id)) not in {JobStatus.SUCCEEDED, JobStatus.FAILED, JobStatus.STOPPED}:
+        assert time.time() < deadline, f"job {job_id} still {status}"
+        time.sleep(1)
+    return status
+
+
+def _adapter(out: Path, version: int) -> dict[str, torch.Tensor]:
+    return load_file(str(out / "lora_sync" / f"v{version}" / "adapter_model.safetensors"))
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(head, tmp_path_factory):
+    from ray.job_submission import JobStatus, JobSubmissionClient
+
+    client = JobSubmissionClient(head)
+    out = tmp_path_factory.mktemp("job") / "run"
+    job = client.submit_job(entrypoint=_entrypoint(out))
+    status = _wait(client, job)
+    logs = client.get_job_logs(job)
+    assert status == JobStatus.SUCCEEDED, logs[-3000:]
+    return out, logs
+
+
+def test_a_submitted_run_succeeds_and_its_logs_are_readable(uninterrupted):
+    out, logs = uninterrupted
+    assert f"outputs in {out}" in logs
+    rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in rows if "policy/loss" in r] == [1, 2]
+
+
+def test_a_stopped_job_resubmitted_continues_from_its_checkpoint(head, uninterrupted, tmp_path):
+    from ray.job_submission import JobStatus, JobSubmissionClient
+
+    client = JobSubmissionClient(head)
+    out = tmp_path / "run"
+    entrypoint = _entrypoint(out)
+    first = client.submit_job(entrypoint=entrypoint)
+    deadline = time.time() + 300
+    pointer = out / "checkpoints"
+    while not (pointer / "global_step_1").exists():
+        assert client.get_job_status(first) in {JobStatus.PENDING, JobStatus.RUNNING} and time.time() < deadline
+        time.sleep(0.2)
+    client.stop_job(first)  # as a lost node ends it
+    assert _wait(client, first) == JobStatus.STOPPED
+    second = client.submit_job(entrypoint=entrypoint)  # the same entrypoint, resubmitted
+    status = _wait(client, second)
+    logs = client.get_job_logs(second)
+    assert status == JobStatus.SUCCEEDED, logs[-3000:]
+    assert "resum" in (out / "run.log").read_text().lower()
+    want, got = _adapter(uninterrupted[0], 2), _adapter(out, 2)
+    assert want.keys() == got.keys()
+    for k in want:
+        torch.testing.assert_close(got[k], want[k], atol=1e-6, rtol=1e-4)
+
+
+def test_a_bad_override_fails_before_ray_reserves_anything_and_the_logs_say_why(head, tmp_path):
+    from ray.job_submission import JobStatus, JobSubmissionClient
+
+    client = JobSubmissionClient(head)
+    job = client.submit_job(entrypoint=_entrypoint(tmp_path / "run", "algo.lr=0"))
+    assert _wait(client, job, 120) == JobStatus.FAILED
+    logs = client.get_job_logs(job)
+    assert "algo.lr=0" in logs and "must be > 0" in logs
+    assert not (tmp_path / "run" / "metrics.jsonl").exists()
+
+
+def test_an_unreachable_ray_address_fails_fast_with_the_address_tried(tmp_path):
+    port = _free_port()  # nothing listens there
+    t0 = time.time()
+    proc = subprocess.run([sys.executable, "-m", "rlfw.run", "experiment=debug", f"trainer.output_dir={tmp_path}",
+                           f"cluster.ray_address=127.0.0.1:{port}"], cwd=ROOT, capture_output=True, text=True,
+                          timeout=120, env={k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"})
+    assert proc.returncode != 0
+    assert f"no Ray cluster answers at 127.0.0.1:{port}" in proc.stderr + proc.stdout
+    assert time.time() - t0 < 60
