@@ -6,6 +6,7 @@ replayed with ``env.reset(options={"layout": record})`` on an env of the same gr
 
 - ``load_eval_set("eval64")``: VisGym ``maze_2d`` easy (9x9), seeds 0..63, from
   ``envs/data/visgym_maze2d_seeds_0_63.json``; ``"eval64_hard"``: the 11x11 ones.
+- ``load_layout_file(path)``: a JSON list of such records, e.g. a few copied from the file above.
 - ``load_eval_set("generated", n=512, seed_start=HELD_OUT_SEED_START, difficulty="easy")``:
   ``reset(seed=s)`` of ``rlfw/Maze2D-v0`` (or ``env_id=``) for ``s`` in
   ``seed_start .. seed_start+n-1``; other keyword arguments go to the env. `EvalSetSpec` holds
@@ -96,6 +97,34 @@ def load_eval_set(name: str, **kwargs) -> list[dict]:
         return generate_layouts(EvalSetSpec(**fields, env_kwargs=kwargs))
     valid = ", ".join([*FIXED_SETS, "generated"])
     raise ValueError(f"unknown eval set {name!r}; valid values: {valid}")
+
+
+def load_layout_file(path: str | Path) -> list[dict]:
+    """Layout records from a JSON file holding a list of them (like each list under ``sets`` in
+    `DATA_FILE`: ``grid``, ``agent``, ``target``, optional ``seed`` and ``shortest_moves``).
+
+    Raises ValueError saying what is wrong: a missing or unreadable file, JSON that is not a
+    non-empty list, a record `parse_layout` rejects, or a ``seed`` that is not an int.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise ValueError(f"layouts file {path} does not exist")
+    try:
+        records = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ValueError(f"layouts file {path} is not readable JSON: {exc}") from None
+    if not isinstance(records, list) or not records:
+        hint = " (for envs/data's file, copy one list from under its 'sets')" if isinstance(records, dict) else ""
+        raise ValueError(f"layouts file {path} must hold a non-empty JSON list of layout records "
+                         f"({{'grid': [...], 'agent': [r, c], 'target': [r, c]}}), got {type(records).__name__}{hint}")
+    for i, record in enumerate(records):
+        try:
+            parse_layout(record)
+        except ValueError as exc:
+            raise ValueError(f"layouts file {path}, record {i}: {exc}") from None
+        if "seed" in record and (isinstance(record["seed"], bool) or not isinstance(record["seed"], int)):
+            raise ValueError(f"layouts file {path}, record {i}: 'seed' must be an int, got {record['seed']!r}")
+    return records
 
 
 def shortest_moves(layout: Mapping) -> int:

@@ -12,7 +12,7 @@ from typing import Callable
 
 import gymnasium as gym
 
-from rlfw.config import Config, EnvConfig, ModelConfig
+from rlfw.config import Config, EnvConfig, EvalConfig, ModelConfig
 
 # Fields of the base EnvConfig are the framework's own, except max_turns, which the env also takes;
 # every field a subclass schema adds (difficulty, cell_px, ...) is an env kwarg.
@@ -151,3 +151,11 @@ def eval_tasks(env: EnvConfig, eval_set: str | None = None, size: int | None = N
     else:
         raise ValueError(f"eval set {name!r}: use heldout or one of {sorted(FIXED_SETS)}")
     return [Task(seed=int(layout.get("seed", i)), layout=layout) for i, layout in enumerate(layouts)], layouts
+
+
+def eval_set_names(cfg: EvalConfig) -> list[str]:
+    """The named sets `python -m rlfw.eval` plays: eval.sets, or by default [eval64] (none when
+    eval.layouts is given)."""
+    if cfg.sets is not None:
+        return list(cfg.sets)
+    return [] if cfg.layouts else ["eval64"]

@@ -1,9 +1,9 @@
-"""`python -m rlfw.run --help` (and `rlfw.sft --help`): every config key with its type, default and doc.
+"""`--help` of `python -m rlfw.run` (and rlfw.sft, rlfw.eval): every config key with its type, default and doc.
 
 The docs are the attribute docstrings of the schemas in rlfw.config (the string literal right after
 each field). Python drops those at runtime, so they are read from the source with `ast`.
 `register_help_resolver()` (called by rlfw.config.register_configs) registers the OmegaConf
-resolver `rlfw_help`; conf/config.yaml and conf/sft.yaml set
+resolver `rlfw_help`; conf/config.yaml, conf/sft.yaml and conf/eval.yaml set
 
     hydra.help.template: ${rlfw_help:Config,${hydra.help.app_name}}
 
@@ -127,7 +127,7 @@ def _variants(group: str, base: type) -> list[tuple[type, list[str]]]:
 
 
 def help_text(root: type, app: str = "rlfw.run") -> str:
-    """The help page of an entry point whose config schema is `root` (Config or SFTRunConfig).
+    """The help page of an entry point whose config schema is `root` (Config, SFTRunConfig, EvalRunConfig).
 
     The result is a string.Template for Hydra: it contains $APP_CONFIG_GROUPS, and every other `$`
     is doubled.

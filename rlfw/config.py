@@ -287,6 +287,9 @@ class LoggerConfig:
     """Weights & Biases."""
     jsonl: bool = True
     """Write every metric to metrics.jsonl in the run folder."""
+    ray_metrics: bool = True
+    """Export every metric as a Ray gauge (`rlfw_<name>`, tagged with the run), so on a Ray cluster it
+    reaches Prometheus through Ray's metrics export port and shows on Grafana beside Ray's own."""
 
 
 @dataclass
@@ -400,6 +403,63 @@ class SFTRunConfig:
     """Seed of the model init, the demonstration stream and torch."""
 
 
+@dataclass
+class EvalConfig:
+    """Evaluation of a trained policy (`python -m rlfw.eval`), through rlfw.evaluate as in training."""
+
+    sets: Optional[list[str]] = None
+    """Evaluation sets: eval64 / eval64_hard (VisGym's fixed 9x9 / 11x11 mazes; the env's difficulty
+    must match) and heldout (eval.heldout_size mazes from envs.eval_sets.HELD_OUT_SEED_START). None
+    means [eval64], or no named set when eval.layouts is given. env.eval_set is not used here."""
+    layouts: Optional[str] = None
+    """A JSON file holding a list of layout records (grid, agent, target, optional seed), e.g. a few
+    copied from envs/data/visgym_maze2d_seeds_0_63.json; evaluated after eval.sets as a set named
+    after the file (its stem)."""
+    heldout_size: int = 512
+    """Mazes of the heldout set (rlfw.sft's held-out evaluation uses 512)."""
+    adapter: Optional[str] = None
+    """A PEFT LoRA folder (adapter_config.json + adapter_model.safetensors: an rlfw.run export
+    exports/global_step_N/ or a lora_sync/vN/) loaded on top of model.path; None evaluates model.path as it is."""
+    n: int = 1
+    """Episodes per maze. n > 1 samples them (eval.temperature > 0) and reports pass@n, the fraction
+    of mazes with at least one success, beside pass@1, the mean success."""
+    temperature: float = 0.0
+    """Sampling temperature; 0 is greedy decoding (as in-training evaluation)."""
+    top_p: float = 1.0
+    """Nucleus sampling mass when eval.temperature > 0 (1.0 = off)."""
+    batch_size: int = 64
+    """Episodes played at once (one engine batch); the progress bar advances per batch. 64 plays
+    eval64 in one batch, exactly as in-training evaluation does."""
+    save_gifs: int = 4
+    """Episodes per set saved as captioned GIFs (every episode goes to episodes.jsonl)."""
+    device: str = "cpu"
+    """cpu or cuda."""
+    torch_threads: int = 2
+    """torch.set_num_threads for the evaluation process."""
+    base_url: Optional[str] = None
+    """Not built yet (refused): an OpenAI-compatible endpoint to evaluate instead of a model folder."""
+    model: Optional[str] = None
+    """Not built yet (refused): the model name the eval.base_url endpoint serves."""
+    concurrency: Optional[int] = None
+    """Not built yet (refused): requests in flight to the eval.base_url endpoint."""
+    output_dir: str = "${hydra:runtime.output_dir}"
+    """Folder of metrics.json (every set's metrics, the policy, the command), config.yaml and one
+    folder per set (episodes.jsonl, episode_NNN.gif)."""
+
+
+@dataclass
+class EvalRunConfig:
+    env: EnvConfig = MISSING
+    """The environment the policy plays (group `env`): grid size, turn and token limits."""
+    model: ModelConfig = MISSING
+    """The policy (group `model`): model.path is evaluated as it is (model.lora is not applied; a
+    trained adapter comes with eval.adapter). model.path=null builds a random-init tiny_vl."""
+    eval: EvalConfig = field(default_factory=EvalConfig)
+    """What to evaluate on, how many samples, and where the results go."""
+    seed: int = 0
+    """Seed of sampling (eval.temperature > 0) and of a random-init model."""
+
+
 def repo_root() -> str:
     """The folder holding conf/ and the shipped checkpoints (for `${rlfw_root:}` in YAML)."""
     from pathlib import Path
@@ -418,6 +478,7 @@ def register_configs() -> None:
     cs = ConfigStore.instance()
     cs.store(name="base_config", node=Config)
     cs.store(name="base_sft_config", node=SFTRunConfig)
+    cs.store(name="base_eval_config", node=EvalRunConfig)
     cs.store(group="algo", name="base_algo", node=AlgoConfig)
     cs.store(group="env", name="base_env", node=EnvConfig)
     cs.store(group="env", name="base_maze_env", node=MazeEnvConfig)

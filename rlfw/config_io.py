@@ -13,14 +13,14 @@ from pathlib import Path
 
 from omegaconf import OmegaConf
 
-from rlfw.config import Config, EnvConfig, MazeEnvConfig, SFTRunConfig
+from rlfw.config import Config, EnvConfig, EvalRunConfig, MazeEnvConfig, SFTRunConfig
 
 RUN_CONFIG_FILE = "config.yaml"
 # Schemas a saved `env` node may have been written from (a node's keys are exactly its schema's fields).
 ENV_SCHEMAS = (EnvConfig, MazeEnvConfig)
 
 
-def save_run_config(cfg: Config | SFTRunConfig, run_dir: str | Path) -> Path:
+def save_run_config(cfg: Config | SFTRunConfig | EvalRunConfig, run_dir: str | Path) -> Path:
     """Write `cfg` to `<run_dir>/config.yaml`, in one step (`rlfw.storage.atomic_write`)."""
     from rlfw.storage import LOCAL, atomic_write
 
@@ -37,13 +37,13 @@ def _env_schema(keys: set[str]) -> type[EnvConfig]:
                      f"{[s.__name__ for s in ENV_SCHEMAS]}")
 
 
-def load_run_config(run_dir: str | Path) -> Config | SFTRunConfig:
+def load_run_config(run_dir: str | Path) -> Config | SFTRunConfig | EvalRunConfig:
     """The typed config a run was started with, from `<run_dir>/config.yaml`."""
     path = Path(run_dir) / RUN_CONFIG_FILE
     if not path.exists():
         raise FileNotFoundError(f"{path} does not exist: {run_dir} is not an rlfw run folder (or predates it)")
     saved = OmegaConf.load(path)
-    root = SFTRunConfig if "sft" in saved else Config
+    root = SFTRunConfig if "sft" in saved else EvalRunConfig if "eval" in saved else Config
     schema = OmegaConf.structured(root)
     schema.env = OmegaConf.structured(_env_schema(set(saved.env.keys())))
     return OmegaConf.to_object(OmegaConf.merge(schema, saved))

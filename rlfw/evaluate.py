@@ -4,7 +4,8 @@ Pass means the episode *succeeded* (the env's `info["success"]`: stopped on the 
 "reward > 0". Every evaluation also reports the fraction of the set that can be solved within the
 turn limit, so a pass@1 is never read against an impossible 100%. Trajectories are saved as JSONL,
 and the first few episodes as captioned GIFs (`rlfw.gifs`); `evaluation_images` gathers those GIFs
-and draws the pass@1 curve so far, for the logger to send to TensorBoard and wandb.
+and draws the pass@1 curve so far, for the logger to send to TensorBoard and wandb. `play` and
+`pass_at_k` serve `python -m rlfw.eval`, which can also sample several episodes per task.
 """
 
 from __future__ import annotations
@@ -31,6 +32,18 @@ def episode_metrics(episodes: list[Episode], prefix: str) -> dict[str, float]:
         f"{prefix}/invalid_action_rate": sum(e.invalid_actions for e in episodes) / max(turns, 1),
         f"{prefix}/wall_bump_rate": sum(e.wall_bumps for e in episodes) / max(turns, 1),
     }
+
+
+def pass_at_k(successes: np.ndarray, k: int) -> float:
+    """Unbiased pass@k (Chen et al. 2021) of successes [tasks, n] (n >= k samples per task): the mean
+    over tasks of 1 - C(n - c, k) / C(n, k), c the task's successes. k = n is the fraction of tasks
+    with at least one success; k = 1 the mean success."""
+    from math import comb
+
+    n = successes.shape[1]
+    if not 1 <= k <= n:
+        raise ValueError(f"pass@{k} needs 1 <= k <= n = {n} samples per task")
+    return float(np.mean([1 - comb(n - int(c), k) / comb(n, k) for c in successes.sum(axis=1)]))
 
 
 class _TurnRecorder(gym.Wrapper):
@@ -87,13 +100,31 @@ def evaluate(
     """
     from envs.eval_sets import solvable_fraction
 
-    params = SamplingParams(max_new_tokens=limits.max_new_tokens, greedy=True)
-    recorders = [_TurnRecorder(env) for env in envs[:n_gifs if out_dir is not None else 0]]
-    envs = recorders + envs[len(recorders):]  # episode i plays envs[i]: the first n_gifs are recorded
-    episodes = collect(engine, processor, envs, tasks, 1, params, limits, keep_frames=out_dir is not None)
+    episodes, notes = play(engine, processor, envs, tasks, limits, n_recorded=n_gifs if out_dir is not None else 0,
+                           keep_frames=out_dir is not None)
     metrics = episode_metrics(episodes, f"eval/{name}")
     if layouts is not None:
         metrics[f"eval/{name}/solvable_fraction"] = solvable_fraction(layouts, limits.max_turns)
     if out_dir is not None:
-        save_episodes(episodes, out_dir, [r.notes for r in recorders[:len(tasks)]], limits.max_turns)
+        save_episodes(episodes, out_dir, notes, limits.max_turns)
     return metrics, episodes
+
+
+def play(
+    engine: InferenceEngine,
+    processor: PolicyProcessor,
+    envs: list[gym.Env],
+    tasks: list[Task],
+    limits: LoopLimits,
+    params: SamplingParams | None = None,
+    n_samples: int = 1,
+    n_recorded: int = 0,
+    keep_frames: bool = False,
+) -> tuple[list[Episode], list[list[TurnNote]]]:
+    """`n_samples` episodes of every task (greedy unless `params` say otherwise), episode i on envs[i];
+    also the turn notes of the first `n_recorded` episodes, for their GIFs (with `keep_frames`)."""
+    params = params or SamplingParams(max_new_tokens=limits.max_new_tokens, greedy=True)
+    recorders = [_TurnRecorder(env) for env in envs[:n_recorded]]
+    envs = recorders + envs[len(recorders):]  # episode i plays envs[i]: the first n_recorded are recorded
+    episodes = collect(engine, processor, envs, tasks, n_samples, params, limits, keep_frames=keep_frames)
+    return episodes, [r.notes for r in recorders[:len(episodes)]]

@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import logging
 import math
+import re
 import time
 from pathlib import Path
 from typing import Any
@@ -103,6 +104,46 @@ class _Wandb:
         self.run.finish()
 
 
+class _RayMetrics:
+    """Each metric as a Ray gauge `rlfw_<name>` tagged with the run's folder name. Ray's metrics agent
+    on the driver's node serves them for Prometheus (`ray start --metrics-export-port`); a gauge only
+    exists once Ray runs, so metrics logged before are skipped. Export trouble (a port in use, no
+    agent) is reported once and never stops training."""
+
+    def __init__(self, run: str):
+        self.run, self.gauges, self.failed = run, {}, False
+
+    @staticmethod
+    def name(key: str) -> str:
+        return "rlfw_" + re.sub(r"[^a-zA-Z0-9_]", "_", key)
+
+    def log(self, step: int, metrics: dict[str, float]) -> None:
+        if self.failed:
+            return
+        try:
+            import ray
+            from ray.util.metrics import Gauge
+
+            if not ray.is_initialized():
+                return
+            for key, value in {**metrics, "step": float(step)}.items():
+                if key not in self.gauges:
+                    self.gauges[key] = Gauge(self.name(key), description=key, tag_keys=("run",))
+                self.gauges[key].set(value, tags={"run": self.run})
+        except Exception as exc:  # never let the export stop a run
+            self.failed = True
+            logging.getLogger("rlfw").warning("Ray metrics export off for this run: %s", exc)
+
+    def log_images(self, step: int, images: dict[str, Path]) -> None:
+        """Gauges only."""
+
+    def truncate_after(self, step: int) -> None:
+        """A gauge holds the latest value only."""
+
+    def close(self) -> None:
+        """Ray flushes its metrics."""
+
+
 RUN_LOG = "run.log"
 
 
@@ -120,6 +161,8 @@ class MetricLogger:
             self.sinks.append(_TensorBoard(out_dir / "tensorboard"))
         if cfg.wandb.mode != "disabled":
             self.sinks.append(_Wandb(cfg, out_dir, run_config))
+        if cfg.ray_metrics:
+            self.sinks.append(_RayMetrics(Path(out_dir).resolve().name))
         self.bar = None
         if cfg.console:
             from tqdm import tqdm

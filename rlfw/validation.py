@@ -1,4 +1,5 @@
-"""Cross-field checks of a composed config, run before anything starts (`validate`, `validate_sft`).
+"""Cross-field checks of a composed config, run before anything starts (`validate`, `validate_sft`,
+`validate_eval`).
 
 A schema in `rlfw.config` catches a misspelt key or a wrongly typed value while Hydra composes;
 what a schema cannot express (a mini-batch that must divide the batch, a name that must be
@@ -10,7 +11,7 @@ from __future__ import annotations
 
 import importlib.util
 
-from rlfw.config import Config, EnvConfig, MazeEnvConfig, SFTRunConfig
+from rlfw.config import Config, EnvConfig, EvalRunConfig, MazeEnvConfig, SFTRunConfig
 from rlfw.rollout.backends import BACKENDS
 
 
@@ -22,13 +23,14 @@ def _choice(value: str, valid: list[str], key: str) -> list[str]:
     return [] if value in valid else [f"{key}={value!r} is not one of {valid}"]
 
 
-def _fixed_set_size_errors(env: EnvConfig) -> list[str]:
+def _fixed_set_size_errors(env: EnvConfig, eval_set: str | None = None, key: str = "env.eval_set") -> list[str]:
     """VisGym's fixed sets are 9x9 (eval64) and 11x11 (eval64_hard) mazes: the env must match."""
-    if not isinstance(env, MazeEnvConfig) or env.eval_set not in ("eval64", "eval64_hard"):
+    eval_set = eval_set or env.eval_set
+    if not isinstance(env, MazeEnvConfig) or eval_set not in ("eval64", "eval64_hard"):
         return []
-    want = "easy" if env.eval_set == "eval64" else "hard"
+    want = "easy" if eval_set == "eval64" else "hard"
     if env.difficulty != want or "size" in env.kwargs:
-        return [f"env.eval_set={env.eval_set} holds {want} mazes; set env.difficulty={want} or env.eval_set=heldout"]
+        return [f"{key}={eval_set} holds {want} mazes; set env.difficulty={want} or {key}=heldout"]
     return []
 
 
@@ -174,5 +176,117 @@ def validate_sft(cfg: SFTRunConfig) -> None:
         errs.append(f"sft.stop_at_pass_at_1={s.stop_at_pass_at_1} must be in (0, 1]")
     if s.max_minutes is not None and s.max_minutes <= 0:
         errs.append(f"sft.max_minutes={s.max_minutes} must be > 0 (or null for no time limit)")
+    if errs:
+        raise ConfigError("invalid config:\n  - " + "\n  - ".join(errs))
+
+
+def _model_folder_errors(path: str | None, key: str) -> list[str]:
+    """A local model folder must exist and hold config.json; 'org/name' (no such local path) is a hub id."""
+    from pathlib import Path
+
+    if path is None:
+        return []
+    folder = Path(path).expanduser()
+    hub_id = not folder.is_absolute() and not path.startswith((".", "~")) and path.count("/") == 1
+    if folder.is_dir():
+        return [] if (folder / "config.json").exists() else [
+            f"{key}={path} is not a model folder (no config.json); for a LoRA adapter folder use eval.adapter="]
+    return [] if hub_id and not folder.exists() else [f"{key}={path}: no such model folder"]
+
+
+def _adapter_errors(path: str | None) -> list[str]:
+    from pathlib import Path
+
+    if path is None:
+        return []
+    folder = Path(path).expanduser()
+    if not folder.is_dir():
+        return [f"eval.adapter={path}: no such folder"]
+    if not (folder / "adapter_config.json").exists():
+        full = (folder / "config.json").exists()
+        return [f"eval.adapter={path} holds no adapter_config.json, so it is not a PEFT adapter folder"
+                + ("; it is a full model folder: pass it as model.path= instead" if full else "")]
+    if not any((folder / name).exists() for name in ("adapter_model.safetensors", "adapter_model.bin")):
+        return [f"eval.adapter={path} holds adapter_config.json but no adapter_model.safetensors"]
+    return []
+
+
+def _layout_shape_errors(env: EnvConfig, layouts: list[dict], what: str) -> list[str]:
+    """Records must match the env's grid (a maze env replays only layouts of its own size)."""
+    from rlfw.build import make_env_fn
+
+    try:
+        shape = getattr(make_env_fn(env)().unwrapped, "shape", None)
+    except Exception as exc:  # noqa: BLE001  (any env construction error, reported with the others)
+        return [f"env {env.id} could not be made: {exc}"]
+    if shape is None:
+        return [f"{what}: env {env.id} cannot replay layouts; use eval.sets=[heldout]"]
+    bad = [i for i, r in enumerate(layouts) if (len(r["grid"]), len(r["grid"][0])) != tuple(shape)]
+    if bad:
+        r = layouts[bad[0]]
+        return [f"{what}: {len(bad)} record(s) (first: {bad[0]}) are {len(r['grid'])}x{len(r['grid'][0])} but "
+                f"env {env.name} is {shape[0]}x{shape[1]}; choose a matching env (env.difficulty=hard is 11x11)"]
+    return []
+
+
+def validate_eval(cfg: EvalRunConfig) -> None:
+    """Check an evaluation before any model is loaded: the policy's folders, the sets and the
+    layouts file (read and checked here), and the sampling settings."""
+    from pathlib import Path
+
+    from envs.eval_sets import FIXED_SETS, load_eval_set, load_layout_file
+
+    from rlfw.build import eval_set_names
+
+    v = cfg.eval
+    valid_sets = ["heldout", *sorted(FIXED_SETS)]
+    errs = _choice(cfg.model.dtype, ["float32", "bfloat16"], "model.dtype")
+    errs += _choice(v.device, ["cpu", "cuda"], "eval.device")
+    if v.device == "cuda":
+        import torch
+
+        if not torch.cuda.is_available():
+            errs.append("eval.device=cuda, but torch sees no CUDA device; set eval.device=cpu")
+    if v.base_url is not None or v.model is not None or v.concurrency is not None:
+        errs.append("eval.base_url / eval.model / eval.concurrency (an OpenAI-compatible endpoint as the policy) "
+                    "are not built yet; evaluate a model folder (model.path=, optionally eval.adapter=) instead")
+    errs += _model_folder_errors(cfg.model.path, "model.path")
+    errs += _adapter_errors(v.adapter)
+    sets = eval_set_names(v)
+    for name in sets:
+        if name not in valid_sets:
+            errs.append(f"eval.sets: {name!r} is not one of {valid_sets} (a layouts file goes in eval.layouts=)")
+        elif name in FIXED_SETS:
+            errs += (_fixed_set_size_errors(cfg.env, name, "eval.sets")
+                     or _layout_shape_errors(cfg.env, load_eval_set(name), f"eval.sets: {name}"))
+    if len(set(sets)) != len(sets):
+        errs.append(f"eval.sets={sets} names a set twice")
+    if not sets and not v.layouts:
+        errs.append("nothing to evaluate: set eval.sets=[eval64] (or heldout, eval64_hard) or eval.layouts=<file>")
+    if v.layouts:
+        try:
+            errs += _layout_shape_errors(cfg.env, load_layout_file(v.layouts), f"eval.layouts={v.layouts}")
+        except ValueError as exc:
+            errs.append(f"eval.layouts: {exc}")
+        if Path(v.layouts).stem in sets:
+            errs.append(f"eval.layouts={v.layouts} would be named {Path(v.layouts).stem!r}, like a set of eval.sets; "
+                        "rename the file")
+    for key, val in [("eval.n", v.n), ("eval.batch_size", v.batch_size), ("eval.torch_threads", v.torch_threads),
+                     ("eval.heldout_size", v.heldout_size), ("env.max_turns", cfg.env.max_turns),
+                     ("env.max_new_tokens", cfg.env.max_new_tokens)]:
+        if val < 1:
+            errs.append(f"{key}={val} must be >= 1")
+    if v.save_gifs < 0:
+        errs.append(f"eval.save_gifs={v.save_gifs} must be >= 0 (0 saves none)")
+    if v.temperature < 0:
+        errs.append(f"eval.temperature={v.temperature} must be >= 0 (0 is greedy)")
+    if v.n > 1 and v.temperature == 0:
+        errs.append(f"eval.n={v.n} greedy episodes of a maze are all the same; set eval.temperature>0 "
+                    "(e.g. 1.0) to sample them, or eval.n=1")
+    if not 0 < v.top_p <= 1:
+        errs.append(f"eval.top_p={v.top_p} must be in (0, 1]")
+    if v.top_p < 1 and v.temperature == 0:
+        errs.append("eval.top_p applies to sampling only; set eval.temperature>0 or eval.top_p=1")
+    errs += _choice(cfg.env.history, ["none", "full"], "env.history")
     if errs:
         raise ConfigError("invalid config:\n  - " + "\n  - ".join(errs))

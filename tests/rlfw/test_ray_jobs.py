@@ -35,15 +35,16 @@ def _free_port() -> int:
 
 @pytest.fixture(scope="module")
 def head(tmp_path_factory):
-    """A Ray head with its job server, on loopback; yields its dashboard address."""
+    """A Ray head with its job server and metrics export, on loopback; yields (dashboard address,
+    metrics URL)."""
     temp = Path(f"/tmp/rlfw-ray-{os.getpid()}")  # Ray's socket paths must stay short
-    port, dash = _free_port(), _free_port()
+    port, dash, metrics = _free_port(), _free_port(), _free_port()
     env = dict(os.environ, RAY_AUTH_MODE="disabled", PATH=f"{Path(sys.executable).parent}:{os.environ['PATH']}")
     env.pop("RAY_ADDRESS", None)
     proc = subprocess.Popen([str(Path(sys.executable).parent / "ray"), "start", "--head", "--block",
                              "--node-ip-address", "127.0.0.1", "--port", str(port), "--dashboard-host", "127.0.0.1",
                              "--dashboard-port", str(dash), "--temp-dir", str(temp), "--num-cpus", "2",
-                             "--include-dashboard", "true"],
+                             "--include-dashboard", "true", "--metrics-export-port", str(metrics)],
                             env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     address = f"http://127.0.0.1:{dash}"
     try:
@@ -58,7 +59,7 @@ def head(tmp_path_factory):
             except Exception:
                 assert time.time() < deadline, "the Ray head's job server did not come up"
                 time.sleep(1)
-        yield address
+        yield address, f"http://127.0.0.1:{metrics}/metrics"
     finally:
         os.killpg(proc.pid, signal.SIGTERM)  # the head and everything it started, nothing else
         try:
@@ -90,26 +91,61 @@ def _adapter(out: Path, version: int) -> dict[str, torch.Tensor]:
 def uninterrupted(head, tmp_path_factory):
     from ray.job_submission import JobStatus, JobSubmissionClient
 
-    client = JobSubmissionClient(head)
+    import urllib.request
+
+    address, metrics_url = head
+    client = JobSubmissionClient(address)
     out = tmp_path_factory.mktemp("job") / "run"
     job = client.submit_job(entrypoint=_entrypoint(out))
+    exported = ""  # Ray's Prometheus export of the run's gauges, read while the job runs
+    deadline = time.time() + 400
+    while client.get_job_status(job) in {JobStatus.PENDING, JobStatus.RUNNING} and time.time() < deadline:
+        try:
+            text = urllib.request.urlopen(metrics_url, timeout=5).read().decode()
+            if 'rlfw_train_episodes{' in text:
+                exported = text
+        except OSError:
+            pass
+        time.sleep(1)
     status = _wait(client, job)
     logs = client.get_job_logs(job)
     assert status == JobStatus.SUCCEEDED, logs[-3000:]
-    return out, logs
+    return out, logs, exported
 
 
 def test_a_submitted_run_succeeds_and_its_logs_are_readable(uninterrupted):
-    out, logs = uninterrupted
+    out, logs, _ = uninterrupted
     assert f"outputs in {out}" in logs
     rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in rows if "policy/loss" in r] == [1, 2]
 
 
+def test_the_runs_metrics_reach_rays_prometheus_export(uninterrupted):
+    """Every metric is a Ray gauge rlfw_<name> tagged with the run; the head's metrics export port
+    serves them in Prometheus's format, with the values metrics.jsonl has for that step."""
+    import re
+
+    out, _, exported = uninterrupted
+    assert exported, "no rlfw_ gauge was exported while the job ran"
+
+    def value(name: str) -> float:
+        m = re.search(rf'^(?:ray_)?{name}\{{[^}}]*run="run"[^}}]*\}} (\S+)$', exported, re.M)
+        assert m, f"{name} not exported"
+        return float(m.group(1))
+
+    step = int(value("rlfw_step"))
+    rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    row = [r for r in rows if r["step"] == step and "train/episodes" in r][-1]
+    assert value("rlfw_train_episodes") == row["train/episodes"]
+    assert value("rlfw_train_success_rate") == pytest.approx(row["train/success_rate"])
+    for name in ("rlfw_timing_generate", "rlfw_timing_train", "rlfw_timing_sync", "rlfw_policy_entropy"):
+        value(name)
+
+
 def test_a_stopped_job_resubmitted_continues_from_its_checkpoint(head, uninterrupted, tmp_path):
     from ray.job_submission import JobStatus, JobSubmissionClient
 
-    client = JobSubmissionClient(head)
+    client = JobSubmissionClient(head[0])
     out = tmp_path / "run"
     entrypoint = _entrypoint(out)
     first = client.submit_job(entrypoint=entrypoint)
@@ -134,7 +170,7 @@ def test_a_stopped_job_resubmitted_continues_from_its_checkpoint(head, uninterru
 def test_a_bad_override_fails_before_ray_reserves_anything_and_the_logs_say_why(head, tmp_path):
     from ray.job_submission import JobStatus, JobSubmissionClient
 
-    client = JobSubmissionClient(head)
+    client = JobSubmissionClient(head[0])
     job = client.submit_job(entrypoint=_entrypoint(tmp_path / "run", "algo.lr=0"))
     assert _wait(client, job, 120) == JobStatus.FAILED
     logs = client.get_job_logs(job)
