@@ -39,7 +39,7 @@ def head(tmp_path_factory):
     metrics URL)."""
     temp = Path(f"/tmp/rlfw-ray-{os.getpid()}")  # Ray's socket paths must stay short
     port, dash, metrics = _free_port(), _free_port(), _free_port()
-    env = dict(os.environ, RAY_AUTH_MODE="disabled", PATH=f"{Path(sys.executable).parent}:{os.environ['PATH']}")
+    env = dict(os.environ, RAY_AUTH_MODE="disabled", RAY_metrics_report_interval_ms="1000", PATH=f"{Path(sys.executable).parent}:{os.environ['PATH']}")
     env.pop("RAY_ADDRESS", None)
     proc = subprocess.Popen([str(Path(sys.executable).parent / "ray"), "start", "--head", "--block",
                              "--node-ip-address", "127.0.0.1", "--port", str(port), "--dashboard-host", "127.0.0.1",
@@ -59,7 +59,7 @@ def head(tmp_path_factory):
             except Exception:
                 assert time.time() < deadline, "the Ray head's job server did not come up"
                 time.sleep(1)
-        yield address, f"http://127.0.0.1:{metrics}/metrics"
+        yield address, f"http://127.0.0.1:{metrics}/metrics", metrics
     finally:
         os.killpg(proc.pid, signal.SIGTERM)  # the head and everything it started, nothing else
         try:
@@ -67,6 +67,44 @@ def head(tmp_path_factory):
         except subprocess.TimeoutExpired:
             os.killpg(proc.pid, signal.SIGKILL)
         shutil.rmtree(temp, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def prometheus(head, tmp_path_factory):
+    """A real Prometheus server (the Debian `prometheus` package; `.ci/run` installs it) on
+    127.0.0.1, scraping the head's metrics export every second; yields its HTTP API address."""
+    binary = shutil.which("prometheus")
+    if binary is None:
+        pytest.skip("prometheus is not installed (apt-get install prometheus; .ci/run does)")
+    root = tmp_path_factory.mktemp("prometheus")
+    (root / "prometheus.yml").write_text(
+        "global: {scrape_interval: 1s, evaluation_interval: 1s}\n"
+        "scrape_configs:\n"
+        f"  - job_name: ray\n    static_configs: [{{targets: ['127.0.0.1:{head[2]}']}}]\n")
+    port = _free_port()
+    proc = subprocess.Popen([binary, f"--config.file={root / 'prometheus.yml'}", f"--storage.tsdb.path={root / 'data'}",
+                             f"--web.listen-address=127.0.0.1:{port}"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    api = f"http://127.0.0.1:{port}/api/v1"
+    try:
+        import urllib.request
+
+        deadline = time.time() + 60
+        while True:
+            assert proc.poll() is None, "prometheus exited"
+            try:
+                urllib.request.urlopen(f"http://127.0.0.1:{port}/-/ready", timeout=2)
+                break
+            except OSError:
+                assert time.time() < deadline, "prometheus did not become ready"
+                time.sleep(0.5)
+        yield api
+    finally:
+        os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
 
 
 def _entrypoint(out: Path, *extra: str) -> str:
@@ -88,12 +126,21 @@ def _adapter(out: Path, version: int) -> dict[str, torch.Tensor]:
 
 
 @pytest.fixture(scope="module")
-def uninterrupted(head, tmp_path_factory):
+def prometheus_or_none(request):
+    """Prometheus when installed (started before the job, so it scrapes while the job runs)."""
+    try:
+        return request.getfixturevalue("prometheus")
+    except pytest.skip.Exception:
+        return None
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(head, prometheus_or_none, tmp_path_factory):
     from ray.job_submission import JobStatus, JobSubmissionClient
 
     import urllib.request
 
-    address, metrics_url = head
+    address, metrics_url, _ = head
     client = JobSubmissionClient(address)
     out = tmp_path_factory.mktemp("job") / "run"
     job = client.submit_job(entrypoint=_entrypoint(out))
@@ -140,6 +187,34 @@ def test_the_runs_metrics_reach_rays_prometheus_export(uninterrupted):
     assert value("rlfw_train_success_rate") == pytest.approx(row["train/success_rate"])
     for name in ("rlfw_timing_generate", "rlfw_timing_train", "rlfw_timing_sync", "rlfw_policy_entropy"):
         value(name)
+    # the shipped Grafana dashboard queries names that are exported (the KL term needs use_kl_loss,
+    # eval metrics an evaluation: this run has neither)
+    dashboard = (ROOT / "deploy" / "grafana" / "rlfw_dashboard.json").read_text()
+    queried = {n for n in re.findall(r"ray_rlfw_\w+", dashboard) if not n.startswith("ray_rlfw_eval_")}
+    queried -= {"ray_rlfw_policy_kl"}
+    missing = {n for n in queried if not re.search(rf"^{n}\{{", exported, re.M)}
+    assert not missing, missing
+
+
+def test_prometheus_scrapes_the_runs_metrics(prometheus, uninterrupted):
+    """Queried from Prometheus's HTTP API after the run: the highest step it scraped, and the
+    episodes logged at that step, equal metrics.jsonl's."""
+    import urllib.parse
+    import urllib.request
+
+    out = uninterrupted[0]
+
+    def query(expr: str) -> float:
+        url = f"{prometheus}/query?" + urllib.parse.urlencode({"query": expr})
+        body = json.loads(urllib.request.urlopen(url, timeout=10).read())
+        assert body["status"] == "success" and body["data"]["result"], (expr, body)
+        return float(body["data"]["result"][0]["value"][1])
+
+    rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    train = [r for r in rows if "train/episodes" in r]
+    assert query('max(max_over_time({__name__=~"(ray_)?rlfw_step", run="run"}[15m]))') in {r["step"] for r in train}
+    episodes = query('last_over_time({__name__=~"(ray_)?rlfw_train_episodes", run="run"}[15m])')
+    assert episodes in {r["train/episodes"] for r in train}
 
 
 def test_a_stopped_job_resubmitted_continues_from_its_checkpoint(head, uninterrupted, tmp_path):
