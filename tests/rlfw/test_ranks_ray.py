@@ -66,6 +66,7 @@ def test_two_ranks_train_like_one_through_ray(two_ranks, tmp_path):
         torch.testing.assert_close(got[k], want[k], atol=1e-6, rtol=1e-4)
 
 
+@pytest.mark.slow  # run by .ci/run
 def test_a_killed_rank_is_replaced_and_the_run_ends_where_an_uninterrupted_one_does(two_ranks, tmp_path):
     out = tmp_path / "killed"
     proc = subprocess.Popen(_cmd(out, "cluster=local_2ranks"), cwd=ROOT, stdout=subprocess.PIPE,

@@ -217,6 +217,7 @@ def test_prometheus_scrapes_the_runs_metrics(prometheus, uninterrupted):
     assert episodes in {r["train/episodes"] for r in train}
 
 
+@pytest.mark.slow  # run by .ci/run
 def test_a_stopped_job_resubmitted_continues_from_its_checkpoint(head, uninterrupted, tmp_path):
     from ray.job_submission import JobStatus, JobSubmissionClient
 
