@@ -48,6 +48,7 @@ def two_ranks(tmp_path_factory):
     return out
 
 
+@pytest.mark.slow  # run by .ci/run
 def test_two_ranks_train_like_one_through_ray(two_ranks, tmp_path):
     one = tmp_path / "one"
     _run(one, "cluster=local", "cluster.num_engines=2")  # the same engines; one trainer rank

@@ -132,6 +132,7 @@ def multirun(tmp_path_factory) -> tuple[Path, subprocess.CompletedProcess]:
     return sweep, proc
 
 
+@pytest.mark.slow  # a real 2x2 multirun; run by .ci/run
 def test_a_multirun_ends_with_a_summary_of_every_job(multirun):
     sweep, proc = multirun
     # Hydra runs every job, then re-raises the first failure: the exit status says a job failed
@@ -154,6 +155,7 @@ def test_a_multirun_ends_with_a_summary_of_every_job(multirun):
     assert (sweep / "summary.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
+@pytest.mark.slow  # run by .ci/run
 def test_rlfw_report_rebuilds_the_summary_from_the_folders(multirun):
     sweep, _ = multirun
     before = {n: (sweep / n).read_bytes() for n in ("summary.csv", "summary.md")}
