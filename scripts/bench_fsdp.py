@@ -40,7 +40,8 @@ def _peak_rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
-def _rank(rank, world, address, port, model_cfg, path, batch, threads, result):
+def _rank(rank, world, address, port, model_cfg, path, batch, threads, out_file):
+    """One rank's update and gather; rank 0 saves its measurements to out_file."""
     from rlfw.config import AlgoConfig
     from rlfw.distributed.ranks import Rendezvous
     from rlfw.distributed.workers import PolicyWorker
@@ -65,17 +66,10 @@ def _rank(rank, world, address, port, model_cfg, path, batch, threads, result):
     adapter = trainer.ranks.full_state(trainer.model, trainable_only=True)
     gather = time.perf_counter() - t0
     if rank == 0:
-        result.update(seconds=seconds, comm=comm, gather=gather, gather_rss=_peak_rss_mb() - rss0,
-                      adapter_mb=sum(t.numel() * t.element_size() for t in adapter.values()) / 2**20,
-                      tokens=sum(len(s.token_ids) for s in batch.segments), n=n)
+        torch.save(dict(seconds=seconds, comm=comm, gather=gather, gather_rss=_peak_rss_mb() - rss0,
+                        adapter_mb=sum(t.numel() * t.element_size() for t in adapter.values()) / 2**20,
+                        tokens=sum(len(s.token_ids) for s in batch.segments), n=n), out_file)
     trainer.ranks.close()
-
-
-def _worker(rank, world, address, port, model_cfg, path, batch, threads, out_file):
-    result: dict = {}
-    _rank(rank, world, address, port, model_cfg, path, batch, threads, result)
-    if rank == 0:
-        torch.save(result, out_file)
 
 
 def measure(world: int, model_cfg, path: str, batch, threads: int, tmp: Path) -> dict:
@@ -83,7 +77,7 @@ def measure(world: int, model_cfg, path: str, batch, threads: int, tmp: Path) ->
 
     out = tmp / f"result_{world}.pt"
     address, port = free_address()
-    mp.start_processes(_worker, args=(world, address, port, model_cfg, path, batch, threads, str(out)),
+    mp.start_processes(_rank, args=(world, address, port, model_cfg, path, batch, threads, str(out)),
                        nprocs=world, start_method="spawn", join=True)
     return torch.load(out, weights_only=False)
 
