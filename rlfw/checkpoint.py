@@ -4,7 +4,7 @@ Layout under `trainer.ckpt_path` (a folder, or a URI such as `s3://bucket/run`):
 
     global_step_N/
         policy_state.pt       trainable weights (adapter or full), AdamW state, LR schedule (trainer worker)
-        trainer_state.json    global step and the driver's RNG states
+        trainer_state.json    global step, the driver's RNG states and the loop's own state (restart buffer)
         config.yaml           the resolved config the checkpoint was written with
         manifest.json         size and sha256 of every file above (written last inside the folder)
     latest_checkpointed_iteration.txt   N, replaced after global_step_N is complete
@@ -16,7 +16,8 @@ A step is written to `global_step_N.tmp/`, flushed, then moved into place (a ren
 the pointer file is written last. A crash at any moment leaves the previous checkpoint valid. On
 resume every file is checked against the manifest; a truncated or corrupt checkpoint is reported and
 skipped for the next older valid one. Rollouts of step N are a pure function of (seed, N, weights)
-(see `rlfw.train`), so the step number is the whole sampler position.
+(see `rlfw.train`) and, with restarts, of the restart buffer, which trainer_state.json holds; so the
+step number and that buffer are the whole sampler position.
 """
 
 from __future__ import annotations
@@ -114,14 +115,16 @@ class CheckpointStore:
         """A URL another process (the trainer worker) can open with fsspec."""
         return self.fs.unstrip_protocol(path)
 
-    def save(self, step: int, policy, config, max_to_keep: int, elapsed_min: float = 0.0) -> str:
+    def save(self, step: int, policy, config, max_to_keep: int, elapsed_min: float = 0.0,
+             loop_state: dict | None = None) -> str:
         """Write global_step_<step> completely, then point at it; prune to `max_to_keep` (0 keeps all).
-        `elapsed_min` (the run's wall time so far) goes into the trainer state for a resume to count on from."""
+        `elapsed_min` (the run's wall time so far) goes into the trainer state for a resume to count on from,
+        and so does `loop_state` (JSON-able; the training loop's restart buffer), merged in at the top level."""
         fs, final = self.fs, self._p(f"global_step_{step}")
         with atomic_dir(fs, final) as staging:
             manifest = {POLICY_STATE: policy.save_checkpoint(self.url_of(f"{staging}/{POLICY_STATE}"),
                                                              self.storage_options)}
-            state = {"global_step": step, "elapsed_min": elapsed_min, "rng": driver_rng_state()}
+            state = {**(loop_state or {}), "global_step": step, "elapsed_min": elapsed_min, "rng": driver_rng_state()}
             manifest["trainer_state.json"] = write_file(fs, f"{staging}/trainer_state.json",
                                                         json.dumps(state, default=_json_default).encode())
             manifest["config.yaml"] = write_file(fs, f"{staging}/config.yaml",

@@ -138,6 +138,9 @@ def help_text(root: type, app: str = "rlfw.run") -> str:
     lines = [
         f"Usage: python -m {app} [group=option ...] [key=value ...]",
         f"       python -m {app} -m key=a,b ...    (sweep: one run per combination)",
+        *([f"       python -m {app} -m hydra/launcher=joblib hydra.launcher.n_jobs=2 key=a,b ...    (two jobs at once)",
+           f"       python -m {app} -m experiment=sweep_optuna    (Optuna study maximizing sweep.objective)"]
+          if "sweep" in nested else []),
         "",
         "== Config groups (group=option) ==",
         _wrap(f"{app} uses: {', '.join(groups)}. base_* options are the typed schemas the presets extend.", ""),

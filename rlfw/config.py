@@ -92,6 +92,24 @@ class AlgoConfig:
     step_gamma: float = 0.95
     """Discount of the return-to-go used by the step-level advantage: a turn t steps before an
     outcome reward R gets gamma**t * R, so reaching the goal sooner is worth more."""
+    oracle_coef: float = 0.0
+    """Weight of a DAgger-style term (0 = off; `rlfw.rollout.oracle`): each mini-batch's loss adds
+    oracle_coef times the mean negative log-likelihood, per token, of the oracle's action + EOS
+    after the turn's own prompt (built like `rlfw.sft.to_segment`) over its labelled turns (see
+    oracle_states). Labels are the env's best_action() at the state the policy saw, so the env
+    needs one. Needs env.history=none. Logged: policy/oracle_loss, train/oracle_states (labelled
+    turns used), train/oracle_disagreement (share of turns whose move was not the oracle's)."""
+    oracle_states: str = "errors"
+    """Turns the oracle term labels: errors (the policy's parsed action differed from the oracle's;
+    an invalid reply counts) or all (every visited turn; one more forward pass per turn)."""
+    restart_fraction: float = 0.0
+    """Share of each rollout round's groups started not from a fresh maze but from the state just
+    before the first wrong move (action != the oracle's) of a recent training episode, with that
+    episode's remaining turns and previous feedback (0 = off; `rlfw.rollout.restarts`). The buffer
+    is saved in checkpoints, so a resumed run repeats the same restarts. Needs env.history=none and
+    an env with best_action() and layout(). Logged: train/restart_groups, train/restart_buffer."""
+    restart_buffer_size: int = 64
+    """Most recent distinct first-wrong-move states kept for restarts (the oldest are dropped)."""
     lr: float = 1e-4
     """Peak learning rate of AdamW."""
     lr_schedule: str = "constant"
@@ -265,6 +283,10 @@ class ClusterConfig:
     """Seconds to wait for the placement group before failing with a clear message."""
     ray_address: Optional[str] = None
     """Ray cluster to join; None starts Ray on this machine."""
+    metrics_export_port: Optional[int] = None
+    """Port where the Ray that rlfw starts here (no ray_address) serves its metrics, rlfw's gauges
+    included, for Prometheus; None lets Ray pick a free one. A port in use is reported in run.log and
+    Ray picks another: the export never stops training. On a cluster, `ray start --metrics-export-port`."""
 
 
 @dataclass
@@ -334,6 +356,17 @@ class TrainerConfig:
 
 
 @dataclass
+class SweepConfig:
+    """What a job of a Hydra multirun (`python -m rlfw.run -m ...`) returns to its sweeper."""
+
+    objective: Optional[str] = "eval/all/pass_at_1"
+    """Metric (any metrics.jsonl key) whose last logged value the run returns: the value a sweeper that
+    optimizes, like Optuna's (`experiment=sweep_optuna`), maximizes. In a multirun a job that never
+    logged it fails, saying which metrics it did log (an eval/ metric needs trainer.eval_interval > 0,
+    checked before training); null returns nothing."""
+
+
+@dataclass
 class Config:
     algo: AlgoConfig = MISSING
     """The RL algorithm (group `algo`): advantage estimator, loss, optimizer and sampling."""
@@ -347,6 +380,8 @@ class Config:
     """Where metrics go (group `logger`): console, TensorBoard, Weights & Biases, metrics.jsonl."""
     trainer: TrainerConfig = field(default_factory=TrainerConfig)
     """The training loop: steps, evaluation, checkpoints and resuming."""
+    sweep: SweepConfig = field(default_factory=SweepConfig)
+    """What the run returns to a Hydra sweeper (`-m`): the objective an Optuna study maximizes."""
     seed: int = 0
     """Seed of every random stream (Python, NumPy, torch, environments)."""
 
@@ -437,11 +472,17 @@ class EvalConfig:
     torch_threads: int = 2
     """torch.set_num_threads for the evaluation process."""
     base_url: Optional[str] = None
-    """Not built yet (refused): an OpenAI-compatible endpoint to evaluate instead of a model folder."""
+    """An OpenAI-compatible API to evaluate instead of an in-process model, e.g.
+    http://127.0.0.1:8000/v1 (`python -m rlfw.serve`). model.path then only gives the policy's
+    tokenizer and observation crop (rlfw_processor.json), not weights."""
     model: Optional[str] = None
-    """Not built yet (refused): the model name the eval.base_url endpoint serves."""
-    concurrency: Optional[int] = None
-    """Not built yet (refused): requests in flight to the eval.base_url endpoint."""
+    """The served model to request at eval.base_url: <base id>, or <base id>:<adapter name> for an
+    adapter of Ray Serve LLM's dynamic LoRA loading."""
+    concurrency: int = 8
+    """Requests in flight to eval.base_url (each turn's batch is sent this many at a time)."""
+    api_key_env: str = "OPENAI_API_KEY"
+    """Environment variable holding the endpoint's API key (never put a key in a config: config.yaml
+    is saved with the results); unset sends none."""
     output_dir: str = "${hydra:runtime.output_dir}"
     """Folder of metrics.json (every set's metrics, the policy, the command), config.yaml and one
     folder per set (episodes.jsonl, episode_NNN.gif)."""
@@ -458,6 +499,73 @@ class EvalRunConfig:
     """What to evaluate on, how many samples, and where the results go."""
     seed: int = 0
     """Seed of sampling (eval.temperature > 0) and of a random-init model."""
+
+
+@dataclass
+class ServeConfig:
+    """Serving a base policy and its adapters with Ray Serve LLM (`python -m rlfw.serve`)."""
+
+    model_id: Optional[str] = None
+    """The base model's id at the endpoint (`model="<model_id>"`; adapters are
+    `<model_id>:<adapter name>`). None: the name of the model.path folder."""
+    adapters_path: Optional[str] = None
+    """Where adapters live, one folder per adapter name (`<name>/adapter_config.json` + safetensors,
+    as `python -m rlfw.serve.export` writes them): s3://, gs://, abfss:// or azure:// (read by
+    Ray Serve LLM on first request, then cached), or a local folder, which rlfw serves to Ray from an
+    S3 server of its own on 127.0.0.1 (Ray Serve LLM reads only remote storage). None: the base only."""
+    max_lora_rank: Optional[int] = None
+    """The largest adapter rank the engine accepts. None: the largest rank among the adapters found
+    in a local serve.adapters_path, else model.lora.rank."""
+    max_adapters_per_replica: int = 4
+    """Adapters a replica holds at once (least recently used ones are evicted)."""
+    replicas: int = 1
+    """Engine replicas (one per GPU on a cluster; on this CPU, 1)."""
+    host: str = "127.0.0.1"
+    """Address the HTTP endpoint binds. Loopback unless you mean to expose it (then set an API key)."""
+    port: int = 8000
+    """HTTP port of the endpoint (/v1/models, /v1/chat/completions, ...)."""
+    api_key_env: str = "RLFW_SERVE_API_KEY"
+    """Environment variable holding the API key requests must send (Authorization: Bearer <key>);
+    unset: no key is asked for. The key itself never goes in a config."""
+    max_image_pixels: int = 1048576
+    """Largest image accepted, in pixels (413 above); rlfw's maze images are a few thousand."""
+    max_image_bytes: int = 4194304
+    """Largest image accepted, in decoded bytes (413 above)."""
+    max_images: int = 8
+    """Images accepted in one request (413 above)."""
+    allow_remote_images: bool = False
+    """Let requests name http(s) image URLs, which the server then fetches; off: only base64 data: URLs."""
+    accelerator: str = "auto"
+    """cpu, gpu or auto (gpu when torch sees CUDA)."""
+    memory_utilization: float = 0.2
+    """vLLM's gpu_memory_utilization: the share of GPU memory (on vLLM's CPU backend, of host memory)
+    for weights and KV cache."""
+    max_model_len: int = 4096
+    """Longest prompt plus reply, in tokens (bounds the KV cache)."""
+    engine_kwargs: dict[str, Any] = field(default_factory=dict)
+    """More vLLM engine arguments, passed through (e.g. tensor_parallel_size)."""
+    num_cpus: Optional[int] = None
+    """Logical CPUs of the local Ray instance rlfw starts (the ingress and each replica reserve one).
+    None: 2 + 2 per replica. Ignored with serve.ray_address."""
+    ray_address: Optional[str] = None
+    """A running Ray cluster to deploy on (auto, or ray://host:10001); None starts Ray on this machine."""
+    print_config: Optional[str] = None
+    """Write the application as a Ray Serve config (serve_config.yaml, for `serve deploy`) and a
+    KubeRay RayService manifest (rayservice.yaml) into this folder, then exit without serving."""
+    image: str = "rlfw:0.1.0"
+    """Container image of the RayService manifest (deploy/docker/Dockerfile)."""
+    startup_timeout_s: float = 600.0
+    """How long to wait for the application to come up before giving up with its status."""
+
+
+@dataclass
+class ServeRunConfig:
+    model: ModelConfig = MISSING
+    """The base policy (group `model`): model.path is served; model.dtype its dtype."""
+    serve: ServeConfig = field(default_factory=ServeConfig)
+    """Endpoint, adapters, limits and engine settings."""
+    seed: int = 0
+    """vLLM's seed (requests with their own seed sample from it alone)."""
 
 
 def repo_root() -> str:
@@ -479,6 +587,7 @@ def register_configs() -> None:
     cs.store(name="base_config", node=Config)
     cs.store(name="base_sft_config", node=SFTRunConfig)
     cs.store(name="base_eval_config", node=EvalRunConfig)
+    cs.store(name="base_serve_config", node=ServeRunConfig)
     cs.store(group="algo", name="base_algo", node=AlgoConfig)
     cs.store(group="env", name="base_env", node=EnvConfig)
     cs.store(group="env", name="base_maze_env", node=MazeEnvConfig)

@@ -7,6 +7,12 @@ is a single on-policy optimizer step) and the reference log-probs for the KL ter
 are weighted across micro-batches so that token-mean and sequence-mean reductions are exact over
 the whole mini-batch. Log-probs are taken at the sampling temperature, like the engine's.
 
+With `algo.oracle_coef > 0` a mini-batch also holds its groups' oracle segments (`TrainBatch.oracle`,
+`rlfw.rollout.oracle`): the loss adds oracle_coef times their negative log-likelihood, a token mean
+over all of the mini-batch's labelled turns (copies counted, one forward pass per distinct segment),
+weighted across micro-batches and ranks like the policy term so that the split does not change it.
+With the term off there are no oracle segments and no extra forward pass.
+
 With several training ranks (`rlfw.distributed.ranks`) each rank runs its share of every chunk of
 work, weighted by the whole mini-batch's totals, and the gradients are summed, so the update is the
 one-rank update; checkpoints and published weights are gathered whole (any rank count resumes).
@@ -132,6 +138,7 @@ class PolicyTrainer:
             old = self.logprobs(segments)
         ref = self.logprobs(segments, reference=True) if a.use_kl_loss else None
         keys = [segment_key(s) for s in segments]  # identical turns share a forward pass (_duplicates)
+        oracle_keys = [segment_key(s) for s in batch.oracle]
         totals: dict[str, list[float]] = {}
         self.model.train()
         stopped = False
@@ -140,7 +147,9 @@ class PolicyTrainer:
             for mini_groups in np.array_split([unique_groups[i] for i in order], n_minis):
                 chosen = set(mini_groups.tolist())
                 idx = [i for i, g in enumerate(groups) if g in chosen]
-                stats = self._optimizer_step(segments, keys, advantages, old, ref, idx)
+                oracle_idx = [k for k, g in enumerate(batch.oracle_groups) if g in chosen]
+                stats = self._optimizer_step(segments, keys, advantages, old, ref, idx,
+                                             (batch.oracle, oracle_keys, oracle_idx))
                 for k, v in stats.items():
                     totals.setdefault(k, []).append(v)
                 if stats["skipped"] or stats["nonfinite"]:
@@ -157,7 +166,8 @@ class PolicyTrainer:
         out["optimizer_steps"] = self.optimizer_steps
         return out
 
-    def _optimizer_step(self, segments, keys, advantages, old, ref, idx: list[int]) -> dict[str, float]:
+    def _optimizer_step(self, segments, keys, advantages, old, ref, idx: list[int],
+                        oracle: tuple[list[Segment], list[tuple], list[int]] = ([], [], [])) -> dict[str, float]:
         a = self.algo
         token_total = sum(sum(segments[i].loss_mask[1:]) for i in idx)
         per_token_mode = a.loss_reduction == "token-mean"
@@ -195,6 +205,8 @@ class PolicyTrainer:
             stats.update(loss=loss.detach(), entropy=ent.detach())
             for k, v in stats.items():
                 acc[k] = acc.get(k, 0.0) + float(v) * weight
+        if oracle[2]:
+            acc["oracle_loss"] = self._oracle_backward(*oracle)
         acc = self.ranks.sum_stats(acc)
         grad_norm = self.ranks.full_tensor(torch.nn.utils.clip_grad_norm_(
             self.params, a.max_grad_norm if a.max_grad_norm > 0 else float("inf")))
@@ -208,6 +220,21 @@ class PolicyTrainer:
         acc["grad_norm"] = float(grad_norm)
         acc["lr"] = self.optimizer.param_groups[0]["lr"]
         return acc
+
+    def _oracle_backward(self, oracle: list[Segment], keys: list[tuple], idx: list[int]) -> float:
+        """Backward oracle_coef * (the token-mean NLL of the oracle segments `idx`); return this rank's
+        share of that mean (the shares sum to it over ranks). Each distinct segment is one forward row,
+        its NLL counted once per copy; every chunk is divided by the mini-batch's token total, so
+        neither the micro-batch split nor the rank count changes the result."""
+        token_total = sum(sum(oracle[i].loss_mask[1:]) for i in idx)
+        share = 0.0
+        for unique, real in self.ranks.share(_chunks(self._duplicates(idx, keys), self.algo.sequences_per_forward)):
+            logp, mask, _ = self._forward([oracle[group[0]] for group in unique])
+            copies = torch.tensor([float(len(group)) for group in unique], device=self.device)
+            nll = -((logp * mask).sum(-1) * copies).sum() / max(token_total, 1)
+            (self.algo.oracle_coef * nll * real * self.ranks.loss_scale).backward()
+            share += float(nll.detach()) * real
+        return share
 
     # -- weights and checkpoints ----------------------------------------------------------------
     def _gathered(self) -> dict | None:

@@ -1,12 +1,16 @@
 """Entry point: `python -m rlfw.run algo=grpo env=maze` (Hydra; `-m` sweeps).
 
 Composes the typed config, validates it before anything starts, builds the starting model, places
-the trainer and rollout engines with Ray, trains, and prints where the outputs went.
+the trainer and rollout engines with Ray, trains, and prints where the outputs went. It returns the
+last value of `sweep.objective` (default eval/all/pass_at_1), which an optimizing sweeper maximizes:
+`python -m rlfw.run -m experiment=sweep_optuna` is a seeded Optuna study, and
+`hydra/launcher=joblib hydra.launcher.n_jobs=N` runs a sweep's jobs N at a time (README, "Sweeps").
 """
 
 from __future__ import annotations
 
 import logging
+import os
 from pathlib import Path
 
 import hydra
@@ -41,6 +45,8 @@ def main_from_config(cfg: Config) -> dict:
     model_path = prepare_base_model(cfg.model, make_env_fn(cfg.env), out_dir, cfg.seed)
     logger = build_logger(cfg, out_dir)
     logger.message(describe_start(cfg.model, model_path))
+    if (note := oversubscription(cfg, parallel_jobs())) is not None:
+        logger.message(note)
     try:
         final = train_with_restarts(cfg, out_dir, model_path, logger)
     except BaseException as exc:
@@ -91,10 +97,71 @@ def _has_checkpoint(cfg: Config) -> bool:
     return store.find_resume(lambda _: None) is not None
 
 
+def parallel_jobs() -> int:
+    """How many jobs of this multirun may run at once on this machine: hydra.launcher.n_jobs under
+    the joblib launcher (negative counts back from the CPU count, as joblib's does), at most the
+    trials an Optuna sweeper launches together (hydra.sweeper.n_jobs); else 1."""
+    from hydra.core.hydra_config import HydraConfig
+
+    if not HydraConfig.initialized():
+        return 1
+    hc = HydraConfig.get()
+    if "joblib" not in str(hc.launcher.get("_target_", "")):
+        return 1
+    n = int(hc.launcher.n_jobs)
+    n = n if n > 0 else (os.cpu_count() or 1) + 1 + n
+    return max(1, min(n, int(hc.sweeper.get("n_jobs") or n)))
+
+
+def oversubscription(cfg: Config, jobs: int) -> str | None:
+    """A warning when parallel jobs on this machine want more torch threads than it has cores: each
+    job's colocated workers alternate, so a job keeps about cluster.torch_threads cores busy.
+    Oversubscribed torch threads wait on each other (measured on 2 cores, debug steps: 0.3-0.5 s with
+    2 jobs x 1 thread, 1.3-3.7 s with 2 jobs x 2 threads)."""
+    cores = os.cpu_count() or 1
+    threads = cfg.cluster.torch_threads
+    if jobs < 2 or cfg.cluster.ray_address or jobs * threads <= cores:
+        return None
+    return (f"warning: up to {jobs} jobs run at once here (hydra.launcher.n_jobs), each with cluster.torch_threads="
+            f"{threads}, on {cores} cores: oversubscribed torch threads slow every job several-fold; "
+            f"set cluster.torch_threads={max(1, cores // jobs)}")
+
+
+def check_objective(cfg: Config) -> None:
+    """Fail before training when the sweep objective can never be logged."""
+    from rlfw.validation import ConfigError
+
+    name = cfg.sweep.objective
+    if name and name.startswith("eval/") and not cfg.trainer.eval_interval:
+        raise ConfigError(f"sweep.objective={name} is an evaluation metric, but trainer.eval_interval=0 never "
+                          "evaluates: set trainer.eval_interval > 0, choose another metric, or sweep.objective=null")
+
+
+def objective(final: dict, name: str | None, required: bool) -> float | None:
+    """The last logged value of metric `name`; a missing one raises when `required` (in a multirun)."""
+    if name is None:
+        return None
+    if name not in final:
+        if not required:
+            return None
+        logged = ", ".join(sorted(final)) or "none"
+        raise LookupError(f"sweep.objective={name} was never logged by this run, so there is nothing to return to "
+                          f"the sweeper; logged metrics: {logged}")
+    return float(final[name])
+
+
 @hydra.main(version_base="1.3", config_path="../conf", config_name="config")
 def main(cfg: DictConfig) -> float | None:
-    final = main_from_config(to_config(cfg))
-    return final.get("eval/all/pass_at_1")  # the sweep objective: one meaning at every evaluation
+    """Train; return sweep.objective's last value (the sweeper's objective). In a multirun a job
+    whose objective cannot or did not get logged fails, so an optimizing sweeper never sees None."""
+    from hydra.core.hydra_config import HydraConfig
+    from hydra.types import RunMode
+
+    config = to_config(cfg)
+    multirun = HydraConfig.get().mode == RunMode.MULTIRUN
+    if multirun:
+        check_objective(config)
+    return objective(main_from_config(config), config.sweep.objective, required=multirun)
 
 
 if __name__ == "__main__":

@@ -10,11 +10,17 @@ and styled by the others.
 What a job folder holds: Hydra's `.hydra/overrides.yaml` (the job's overrides) and `.hydra/hydra.yaml`
 (its job number); the run's `metrics.jsonl`, `config.yaml` and `run.log`; and `job_status.json`,
 written by `SweepReportCallback.on_job_end` (status, wall time, error, run folder). The swept keys
-are the sweep overrides of the sweep folder's `multirun.yaml`.
+are the sweep overrides of the sweep folder's `multirun.yaml` (`hydra.sweeper.params`, then the
+command line's), which the callback writes at the start for sweepers that do not (Optuna's). An
+Optuna study's `optimization_results.yaml` (best params and value) is quoted in `summary.md`.
 
 Hydra 1.3's basic sweeper runs every job of a batch even when one fails, then raises, so
 `on_multirun_end` is never called for a sweep with a failed job: the callback therefore rebuilds the
-summary after every job, and the files are current whenever the sweep stops.
+summary after every job, and the files are current whenever the sweep stops. Under the joblib
+launcher (`hydra/launcher=joblib`) Hydra pickles the callback into each job's process, so
+`on_job_start`/`on_job_end` (the status file, a rebuild) run in the job's process and
+`on_multirun_start`/`on_multirun_end` in the parent; rebuilds that overlap each replace the files
+in one rename.
 """
 
 from __future__ import annotations
@@ -54,7 +60,7 @@ class JobSummary:
     status: str
     """ok | failed | unfinished (no status recorded: still running, killed, or swept without the callback)."""
     final: float | None = None
-    """The last logged eval/all/pass_at_1 (what the run returned to the sweeper)."""
+    """The last logged eval/all/pass_at_1 (what the run returns to the sweeper under the default sweep.objective)."""
     best: float | None = None
     best_step: int | None = None
     steps: int = 0
@@ -84,18 +90,23 @@ def _split(line: str) -> tuple[str, str]:
 
 
 def swept_keys(sweep_dir: Path, jobs: list[dict[str, str]]) -> list[str]:
-    """The keys that `multirun.yaml` sweeps, in command-line order; without it, the keys whose values differ."""
+    """The keys that `multirun.yaml` sweeps: those of `hydra.sweeper.params` (a preset's search space,
+    Optuna's or the basic sweeper's), then the command line's, in order; without it, the keys whose
+    values differ."""
     path = Path(sweep_dir) / "multirun.yaml"
     if path.exists():
         from hydra.core.override_parser.overrides_parser import OverridesParser
 
-        task = OmegaConf.select(OmegaConf.load(path), "hydra.overrides.task", default=None) or []
+        conf = OmegaConf.load(path)
+        params = OmegaConf.select(conf, "hydra.sweeper.params", default=None) or {}
+        task = OmegaConf.select(conf, "hydra.overrides.task", default=None) or []
         try:
-            parsed = OverridesParser.create().parse_overrides([str(o) for o in task])
+            parsed = OverridesParser.create().parse_overrides([*(f"{k}={v}" for k, v in params.items()),
+                                                               *(str(o) for o in task)])
         except Exception:  # an override this Hydra cannot parse: fall back to what differs
             parsed = None
         if parsed is not None:
-            return [o.key_or_group for o in parsed if o.is_sweep_override()]
+            return list(dict.fromkeys(o.key_or_group for o in parsed if o.is_sweep_override()))
     keys = list(dict.fromkeys(k for job in jobs for k in job))
     return [k for k in keys if len({job.get(k) for job in jobs}) > 1]
 
@@ -196,6 +207,12 @@ def to_markdown(sweep: Sweep) -> str:
              f"{len(sweep.jobs)} jobs: " + ", ".join(f"{n} {s}" for s, n in counts.items() if n) + ". "
              f"Swept: {', '.join(f'`{k}`' for k in sweep.keys) or 'nothing'}. "
              f"pass@1 is `{OBJECTIVE}` (final: last evaluation; best: highest, at its step).", ""]
+    study = sweep.dir / "optimization_results.yaml"
+    if study.exists():
+        results = OmegaConf.to_container(OmegaConf.load(study))
+        if "best_params" in results:
+            lines += [f"Optuna study (`{study.name}`): best value {results.get('best_value')} with "
+                      + ", ".join(f"{k}={v}" for k, v in results["best_params"].items()) + ".", ""]
     scored = [j for j in sweep.jobs if j.status == "ok" and j.final is not None]
     if scored:
         top = max(scored, key=lambda j: j.final)
@@ -289,6 +306,13 @@ class SweepReportCallback(Callback):
         from hydra.types import RunMode
 
         return OmegaConf.select(config, "hydra.mode", default=None) == RunMode.MULTIRUN
+
+    def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
+        """Save the sweep's config as `multirun.yaml`, which Hydra's basic sweeper then rewrites the same
+        and Optuna's never writes: the summary reads the swept keys from it."""
+        sweep_dir = Path(str(config.hydra.sweep.dir))
+        sweep_dir.mkdir(parents=True, exist_ok=True)
+        OmegaConf.save(config, sweep_dir / "multirun.yaml")
 
     def on_job_start(self, config: DictConfig, **kwargs: Any) -> None:
         if self._multirun(config):

@@ -6,7 +6,9 @@ name from `rlfw.algos` (advantage estimator, policy loss, reduction), never by b
 
 Step N's rollouts are a pure function of (seed, N, current weights): its tasks and the engines'
 sampling seed are derived from (seed, N), so a run resumed from a checkpoint repeats exactly what
-the uninterrupted run would have done.
+the uninterrupted run would have done. With restarts (`algo.restart_fraction`) some of step N's
+tasks come from a buffer of earlier steps' first wrong moves (`rlfw.rollout.restarts`), which the
+checkpoint holds, so the same holds with the buffer added to that state.
 """
 
 from __future__ import annotations
@@ -26,6 +28,8 @@ from rlfw.evaluate import episode_metrics, evaluate, evaluation_images
 from rlfw.models.processing import PolicyProcessor
 from rlfw.rollout.agent_loop import LoopLimits, collect
 from rlfw.rollout.engine import EngineFailure
+from rlfw.rollout.oracle import oracle_metrics, oracle_targets
+from rlfw.rollout.restarts import StartStates
 from rlfw.rollout.types import Episode, Prompt, SamplingParams, Task, TrainBatch, prompt_key
 
 
@@ -55,19 +59,31 @@ def limits_of(cfg: Config) -> LoopLimits:
                       max_episode_tokens=e.max_episode_tokens, history=e.history)
 
 
+def start_states(cfg: Config, make_env, allowed: Callable[[int], bool] | None = None) -> StartStates:
+    """Where the run's groups start: `training_tasks`, and restarts as `algo.restart_fraction` says."""
+    a = cfg.algo
+    return StartStates(lambda step, r, n: training_tasks(cfg.seed, step, r, n, allowed), make_env, cfg.seed,
+                       a.restart_fraction, a.restart_buffer_size, cfg.env.max_turns)
+
+
 def rollout_step(cfg: Config, step: int, engine, processor, envs, timers: dict,
-                 allowed: Callable[[int], bool] | None = None) -> tuple[list[Episode], int]:
-    """Collect a step's episodes; with dynamic sampling, keep (and top up) informative groups only."""
+                 allowed: Callable[[int], bool] | None = None,
+                 starts: StartStates | None = None) -> tuple[list[Episode], int]:
+    """Collect a step's episodes; with dynamic sampling, keep (and top up) informative groups only.
+    Tasks come from `starts` (default: fresh training tasks only), which then records the first
+    wrong moves of every episode collected, kept or not."""
     a = cfg.algo
     params = SamplingParams(temperature=a.temperature, top_p=a.top_p, max_new_tokens=cfg.env.max_new_tokens)
-    kept: list[Episode] = []
+    starts = starts or StartStates(lambda step_, r, n: training_tasks(cfg.seed, step_, r, n, allowed))
+    kept, collected = [], []
     rounds = a.max_sample_rounds if a.dynamic_sampling == "resample" else 1
     for r in range(rounds):
         need = a.tasks_per_step - len({e.group_id for e in kept})
         engine.set_seed(step_seed(cfg.seed, step, r))
-        tasks = training_tasks(cfg.seed, step, r, need, allowed)
+        tasks = starts.tasks(step, r, need)
         episodes = collect(engine, processor, envs, tasks, a.n_samples_per_prompt, params, limits_of(cfg),
                            timers=timers)
+        collected += episodes
         for e in episodes:
             e.group_id += r * a.tasks_per_step  # unique across rounds
         if a.dynamic_sampling != "off":
@@ -76,6 +92,7 @@ def rollout_step(cfg: Config, step: int, engine, processor, envs, timers: dict,
         kept += episodes
         if len({e.group_id for e in kept}) >= a.tasks_per_step:
             break
+    starts.record(collected)  # once all rounds succeeded: a step redone after an engine failure records once
     return kept, r + 1
 
 
@@ -84,10 +101,12 @@ def rewards_and_groups(episodes: list[Episode]) -> tuple[torch.Tensor, torch.Ten
             torch.tensor([e.group_id for e in episodes], dtype=torch.long))  # [N]
 
 
-def train_batch(episodes: list[Episode], advantages: torch.Tensor, algo: AlgoConfig) -> TrainBatch:
+def train_batch(episodes: list[Episode], advantages: torch.Tensor, algo: AlgoConfig,
+                processor: PolicyProcessor | None = None) -> TrainBatch:
     """Every segment of every episode, with its advantage and group: the episode's advantage, plus
     `algo.step_advantage_weight` times the GiGPO step-level advantage of the turn when it is on
-    (normalised by the same estimator as the episode's)."""
+    (normalised by the same estimator as the episode's); with `algo.oracle_coef > 0`, the oracle
+    segments of the turns `algo.oracle_states` chooses (`rlfw.rollout.oracle`; needs `processor`)."""
     batch = TrainBatch([], [], [])
     for e, a in zip(episodes, advantages.tolist()):
         batch.segments += e.segments
@@ -96,6 +115,8 @@ def train_batch(episodes: list[Episode], advantages: torch.Tensor, algo: AlgoCon
     if algo.step_advantage_weight > 0:
         step = step_advantages(*turn_returns(episodes, algo.step_gamma), get_adv_est(algo.advantage_estimator))
         batch.advantages = [a + algo.step_advantage_weight * s for a, s in zip(batch.advantages, step.tolist())]
+    if algo.oracle_coef > 0:
+        batch.oracle, batch.oracle_groups = oracle_targets(episodes, processor, algo.oracle_states)
     return batch
 
 
@@ -113,31 +134,32 @@ def turn_returns(episodes: list[Episode], gamma: float) -> tuple[torch.Tensor, t
     return torch.tensor(returns, dtype=torch.float32), torch.tensor(ids, dtype=torch.long)
 
 
-def resume(cfg: Config, store: checkpoint.CheckpointStore, policy, logger) -> tuple[int, float]:
-    """Load the checkpoint resume_mode asks for; return the step to continue after (0 = fresh) and the
-    run's wall time up to that checkpoint, in minutes (work lost after it is not counted)."""
+def resume(cfg: Config, store: checkpoint.CheckpointStore, policy, logger) -> tuple[int, dict]:
+    """Load the checkpoint resume_mode asks for; return the step to continue after (0 = fresh) and its
+    trainer state ({} when fresh): `elapsed_min`, the run's wall time up to that checkpoint (work lost
+    after it is not counted), and `restarts`, the restart buffer."""
     t = cfg.trainer
     if t.resume_mode == "none":
-        return 0, 0.0
+        return 0, {}
     found = store.resolve(t.resume_path) if t.resume_mode == "from_path" else store.find_resume(logger.message)
     if found is None:
         logger.message(f"resume_mode=latest: no valid checkpoint under {t.ckpt_path}; starting fresh")
         logger.truncate_after(-1)  # whatever an earlier attempt logged here is not part of this run
-        return 0, 0.0
+        return 0, {}
     for change in store.check_config(found.path, cfg, t.resume_ignore_config_changes):
         logger.message(f"warning: resuming with a changed setting: {change}")
     policy.load_checkpoint(store.url_of(f"{found.path}/{checkpoint.POLICY_STATE}"), store.storage_options)
     state = store.load_trainer_state(found.path)
     logger.truncate_after(found.step)
     logger.message(f"resumed from {store.url_of(found.path)} (step {found.step})")
-    return found.step, state.get("elapsed_min", 0.0)
+    return found.step, state
 
 
 def train(cfg: Config, out_dir: Path, model_path: str, policy, engine, logger) -> dict:
     """Run (or continue) to cfg.trainer.total_steps; return the last metrics."""
     a, t = cfg.algo, cfg.trainer
     processor = PolicyProcessor.from_pretrained(model_path)
-    make_env = make_env_fn(cfg.env)
+    make_env = make_env_fn(cfg.env, processor.crop_px)  # the observations the policy was trained on
     adv_fn = get_adv_est(a.advantage_estimator)
     sync_root = Path(t.lora_sync_path)
 
@@ -174,8 +196,10 @@ def train(cfg: Config, out_dir: Path, model_path: str, policy, engine, logger) -
 
     store = checkpoint.CheckpointStore(t.ckpt_path, t.ckpt_storage_options)
     exports = checkpoint.ExportStore(t.export_path, t.ckpt_storage_options)
-    start, elapsed_before = resume(cfg, store, policy, logger)
-    started = time.perf_counter() - 60 * elapsed_before  # timing/elapsed_min runs on across resumes
+    start, state = resume(cfg, store, policy, logger)
+    started = time.perf_counter() - 60 * state.get("elapsed_min", 0.0)  # timing/elapsed_min runs on across resumes
+    starts = start_states(cfg, make_env, allowed)
+    starts.load_state_dict(state.get("restarts"))
 
     def elapsed_min() -> float:
         return (time.perf_counter() - started) / 60
@@ -189,20 +213,21 @@ def train(cfg: Config, out_dir: Path, model_path: str, policy, engine, logger) -
         t_step, timers = time.perf_counter(), {}
         for attempt in range(cfg.cluster.max_engine_restarts + 1):
             try:
-                episodes, rounds = rollout_step(cfg, step, engine, processor, envs, timers, allowed)
+                episodes, rounds = rollout_step(cfg, step, engine, processor, envs, timers, allowed, starts)
                 break
             except EngineFailure as exc:
                 if attempt == cfg.cluster.max_engine_restarts:
                     raise
                 logger.message(f"step {step}: {exc}; redoing this step's rollouts (retry {attempt + 1})")
                 engine.recover(str(sync_root))
-        metrics = {"train/sample_rounds": rounds}
+        metrics = {"train/sample_rounds": rounds, **starts.metrics(episodes)}
         if episodes:
             rewards, groups = rewards_and_groups(episodes)
             adv = adv_fn(rewards, groups)
             t0 = time.perf_counter()
             engine.sleep()
-            stats = policy.update(train_batch(episodes, adv, cfg.algo), step, seed=step_seed(cfg.seed, step, 99))
+            batch = train_batch(episodes, adv, cfg.algo, processor)
+            stats = policy.update(batch, step, seed=step_seed(cfg.seed, step, 99))
             engine.wake_up()
             if stats["nonfinite"] or not np.isfinite(stats["loss"]):  # before anything is published
                 raise FloatingPointError(
@@ -214,6 +239,7 @@ def train(cfg: Config, out_dir: Path, model_path: str, policy, engine, logger) -
             metrics["policy/engine_weights_version"] = min(engine.load_weights(str(sync_root)))
             metrics.update({f"policy/{k}": v for k, v in stats.items()})
             metrics.update(episode_metrics(episodes, "train"))
+            metrics.update(oracle_metrics(episodes, len(batch.oracle)))
             metrics.update({"train/success_rate": metrics.pop("train/pass_at_1"),
                             "train/advantage_abs_mean": float(adv.abs().mean()), "train/episodes": len(episodes),
                             "train/generated_tokens": sum(e.generated_tokens for e in episodes),
@@ -227,7 +253,7 @@ def train(cfg: Config, out_dir: Path, model_path: str, policy, engine, logger) -
             run_eval(step)
         if t.ckpt_interval and (step % t.ckpt_interval == 0 or step == t.total_steps):
             t0 = time.perf_counter()
-            store.save(step, policy, cfg, t.max_ckpts_to_keep, elapsed_min())
+            store.save(step, policy, cfg, t.max_ckpts_to_keep, elapsed_min(), {"restarts": starts.state_dict()})
             logger.log(step, {"timing/checkpoint": time.perf_counter() - t0})
         if t.hf_save_interval and (step % t.hf_save_interval == 0 or step == t.total_steps):
             exports.save(step, policy, t.max_exports_to_keep)

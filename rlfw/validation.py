@@ -59,6 +59,43 @@ def _vllm_errors(cfg: Config, environment: bool) -> list[str]:
     return errs
 
 
+def _oracle_errors(cfg: Config) -> list[str]:
+    """The oracle term (algo.oracle_coef) and restarts (algo.restart_fraction) need one turn per
+    training sequence and an env with an oracle (and, for restarts, replayable layouts)."""
+    from rlfw.rollout.oracle import ORACLE_STATES
+
+    a, e = cfg.algo, cfg.env
+    errs = _choice(a.oracle_states, sorted(ORACLE_STATES), "algo.oracle_states")
+    if a.oracle_coef < 0:
+        errs.append(f"algo.oracle_coef={a.oracle_coef} must be >= 0 (0 turns the oracle term off)")
+    if not 0 <= a.restart_fraction <= 1:
+        errs.append(f"algo.restart_fraction={a.restart_fraction} must be in [0, 1] (0 turns restarts off)")
+    if a.restart_buffer_size < 1:
+        errs.append(f"algo.restart_buffer_size={a.restart_buffer_size} must be >= 1")
+    wanted = []  # (setting, env methods it needs)
+    if a.oracle_coef > 0:
+        wanted.append((f"algo.oracle_coef={a.oracle_coef}", ["best_action"]))
+    if a.restart_fraction > 0:
+        wanted.append((f"algo.restart_fraction={a.restart_fraction}", ["best_action", "layout"]))
+    if wanted and e.history == "full":
+        errs.append(f"{' and '.join(k for k, _ in wanted)} need env.history=none: with env.history=full an episode "
+                    "is one training sequence (the oracle term needs each turn's own prompt) and a restart could not "
+                    "restore the conversation before its square; set env.history=none, or turn them off (=0)")
+    if wanted:
+        from rlfw.build import make_env_fn
+
+        try:
+            probe = make_env_fn(e)().unwrapped
+        except Exception as exc:  # noqa: BLE001  (any env construction error, reported with the others)
+            return errs + [f"env {e.id} could not be made: {exc}"]
+        for key, methods in wanted:
+            missing = [m for m in methods if not hasattr(probe, m)]
+            if missing:
+                errs.append(f"{key} needs an env with an oracle, but {e.id} has no {' or '.join(f'{m}()' for m in missing)}; "
+                            "use a grid env (rlfw/Maze2D-v0, rlfw/GridGoal-v0) or set it to 0")
+    return errs
+
+
 def validate(cfg: Config, environment: bool = True) -> None:
     """Check cross-field invariants up front; raise ConfigError listing every problem found.
     `environment=False` leaves out what depends on this machine (is vLLM installed), to check a
@@ -87,6 +124,7 @@ def validate(cfg: Config, environment: bool = True) -> None:
                     "applied to its turns; set env.history=none or algo.step_advantage_weight=0")
     if not 0 < a.step_gamma <= 1:
         errs.append(f"algo.step_gamma={a.step_gamma} must be in (0, 1]")
+    errs += _oracle_errors(cfg)
     errs += _choice(a.lr_schedule, ["constant", "cosine"], "algo.lr_schedule")
     errs += _choice(e.history, ["none", "full"], "env.history")
     errs += _choice(c.engine_backend, sorted(BACKENDS), "cluster.engine_backend")
@@ -247,9 +285,20 @@ def validate_eval(cfg: EvalRunConfig) -> None:
 
         if not torch.cuda.is_available():
             errs.append("eval.device=cuda, but torch sees no CUDA device; set eval.device=cpu")
-    if v.base_url is not None or v.model is not None or v.concurrency is not None:
-        errs.append("eval.base_url / eval.model / eval.concurrency (an OpenAI-compatible endpoint as the policy) "
-                    "are not built yet; evaluate a model folder (model.path=, optionally eval.adapter=) instead")
+    if v.base_url is not None:
+        if not v.base_url.startswith(("http://", "https://")):
+            errs.append(f"eval.base_url={v.base_url!r}: an http(s) URL of an OpenAI-compatible API, e.g. "
+                        "http://127.0.0.1:8000/v1")
+        if not v.model:
+            errs.append("eval.base_url is set but eval.model is not: name the served model, e.g. "
+                        "eval.model=<base id> or eval.model=<base id>:<adapter name> (GET <base_url>/models lists them)")
+        if v.adapter:
+            errs.append("eval.adapter with eval.base_url: an endpoint serves its own adapters; request one by name "
+                        "with eval.model=<base id>:<adapter name>")
+        if v.concurrency < 1:
+            errs.append(f"eval.concurrency={v.concurrency}: must be >= 1")
+    elif v.model is not None:
+        errs.append(f"eval.model={v.model!r} names a served model, but eval.base_url is not set")
     errs += _model_folder_errors(cfg.model.path, "model.path")
     errs += _adapter_errors(v.adapter)
     sets = eval_set_names(v)
@@ -288,5 +337,70 @@ def validate_eval(cfg: EvalRunConfig) -> None:
     if v.top_p < 1 and v.temperature == 0:
         errs.append("eval.top_p applies to sampling only; set eval.temperature>0 or eval.top_p=1")
     errs += _choice(cfg.env.history, ["none", "full"], "env.history")
+    if errs:
+        raise ConfigError("invalid config:\n  - " + "\n  - ".join(errs))
+
+
+def validate_serve(cfg) -> None:
+    """Check a `python -m rlfw.serve` config before Ray starts: the base folder, the adapters (names,
+    ranks, files) in a local adapters folder, the address and the limits."""
+    from pathlib import Path
+
+    from rlfw.serve.adapters import REMOTE_SCHEMES, check_adapter_name, is_remote, local_adapters
+
+    s = cfg.serve
+    errs = _choice(s.accelerator, ["auto", "cpu", "gpu"], "serve.accelerator")
+    errs += _choice(cfg.model.dtype, ["float32", "bfloat16"], "model.dtype")
+    if not cfg.model.path:
+        errs.append("model.path is not set: serve a model folder (e.g. checkpoints/tiny_vl_maze_sft or an rlfw.sft "
+                    "checkpoint); a random-init model is not worth serving")
+    elif not s.print_config:
+        errs += _model_folder_errors(cfg.model.path, "model.path")
+    if s.model_id is not None and (":" in s.model_id or not s.model_id.strip()):
+        errs.append(f"serve.model_id={s.model_id!r}: must be non-empty and hold no ':' (it separates adapter names)")
+    if s.adapters_path:
+        if is_remote(s.adapters_path):
+            pass
+        elif "://" in s.adapters_path:
+            errs.append(f"serve.adapters_path={s.adapters_path!r}: a local folder or one of {', '.join(REMOTE_SCHEMES)}")
+        elif s.print_config:
+            errs.append(f"serve.adapters_path={s.adapters_path!r}: a cluster reads adapters from remote storage; give "
+                        f"an {'/'.join(REMOTE_SCHEMES)} URL for serve.print_config")
+        elif not Path(s.adapters_path).is_dir():
+            errs.append(f"serve.adapters_path={s.adapters_path}: no such folder")
+        else:
+            found = local_adapters(s.adapters_path)
+            if not found:
+                errs.append(f"serve.adapters_path={s.adapters_path} holds no <name>/adapter_config.json; add adapters "
+                            f"with python -m rlfw.serve.export <adapter folder> {s.adapters_path} --name <name>")
+            for name, info in found.items():
+                try:
+                    check_adapter_name(name)
+                except ValueError as exc:
+                    errs.append(f"serve.adapters_path: {exc}")
+                if s.max_lora_rank and int(info.get("r", 0)) > s.max_lora_rank:
+                    errs.append(f"serve.adapters_path: adapter {name!r} has rank {info.get('r')} > serve.max_lora_rank="
+                                f"{s.max_lora_rank}")
+                if not any((Path(s.adapters_path) / name / f).exists()
+                           for f in ("adapter_model.safetensors", "adapter_model.bin")):
+                    errs.append(f"serve.adapters_path: adapter {name!r} has no adapter_model.safetensors")
+    if not 1 <= s.port <= 65535:
+        errs.append(f"serve.port={s.port}: must be in 1..65535")
+    for key, val in [("serve.replicas", s.replicas), ("serve.max_adapters_per_replica", s.max_adapters_per_replica),
+                     ("serve.max_image_pixels", s.max_image_pixels), ("serve.max_image_bytes", s.max_image_bytes),
+                     ("serve.max_images", s.max_images), ("serve.max_model_len", s.max_model_len)]:
+        if val < 1:
+            errs.append(f"{key}={val} must be >= 1")
+    if not 0 < s.memory_utilization <= 1:
+        errs.append(f"serve.memory_utilization={s.memory_utilization}: must be in (0, 1]")
+    if s.host not in ("127.0.0.1", "localhost", "::1") and not s.print_config:
+        import os
+
+        if not os.environ.get(s.api_key_env):
+            import logging
+
+            logging.getLogger("rlfw").warning(
+                "serve.host=%s exposes the endpoint beyond this machine without an API key (set %s)", s.host,
+                s.api_key_env)
     if errs:
         raise ConfigError("invalid config:\n  - " + "\n  - ".join(errs))

@@ -4,11 +4,13 @@ With `cluster.colocate_all=true` trainer rank i shares bundle i with engine i (o
 sleep while the trainer updates); otherwise every worker gets its own bundle. Several trainer ranks
 (`cluster.trainer_ranks`) form one torch.distributed group behind `TrainerGroup`. A placement
 group that cannot be placed fails after `cluster.placement_timeout_s` with the resources it asked
-for and what the cluster has, instead of hanging.
+for and what the cluster has, instead of hanging. A busy `cluster.metrics_export_port` is reported
+and replaced by a free one, since Ray would not start with it.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 
 import ray
@@ -117,6 +119,29 @@ def connect(address: str, timeout_s: float = 5.0) -> None:
         raise ClusterUnreachable(f"could not join the Ray cluster at {tried}{note}: {exc}") from exc
 
 
+def metrics_export_port(port: int | None) -> tuple[int | None, str]:
+    """The metrics export port to start Ray with: `port` if it can be bound, else None (Ray picks a free
+    one) and why not. Ray 2.60 does not survive a busy one: its metrics agent dies and the node times out
+    during startup, so it is checked here, binding as Ray's exporter does (all interfaces, SO_REUSEADDR)."""
+    import socket
+
+    if port is None:
+        return None, ""
+    with socket.socket() as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind(("", port))
+        except (OSError, OverflowError) as exc:  # in use, not allowed, or not a port number
+            return None, str(exc)
+    return port, ""
+
+
+def served_metrics_port() -> int | None:
+    """The metrics export port of this driver's Ray node."""
+    node = ray.get_runtime_context().get_node_id()
+    return next((n["MetricsExportPort"] for n in ray.nodes() if n["NodeID"] == node), None)
+
+
 class RayRuntime:
     def __init__(self, cfg: Config, model_path: str):
         c = cfg.cluster
@@ -125,7 +150,14 @@ class RayRuntime:
             if c.ray_address:
                 connect(c.ray_address)
             else:
-                ray.init(include_dashboard=False, log_to_driver=True, configure_logging=False, num_cpus=os.cpu_count())
+                port, busy = metrics_export_port(c.metrics_export_port)
+                ray.init(include_dashboard=False, log_to_driver=True, configure_logging=False, num_cpus=os.cpu_count(),
+                         _metrics_export_port=port)
+                if busy:
+                    logging.getLogger("rlfw").warning(
+                        "cluster.metrics_export_port=%s cannot be used (%s); Ray serves its metrics, rlfw_* gauges "
+                        "included, on port %s instead (point Prometheus there, or free the port)",
+                        c.metrics_export_port, busy, served_metrics_port())
         bundles = bundles_for(cfg)
         self.pg = placement_group(bundles, strategy="PACK")
         if not self.pg.wait(timeout_seconds=c.placement_timeout_s):

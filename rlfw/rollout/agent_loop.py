@@ -4,6 +4,12 @@ Each turn the active episodes' conversations (the task prompt and current image,
 conversation so far when `history="full"`) go to the engine as one batch; the env parses each
 reply; finished episodes drop out. Token ids are kept exactly as sampled (token in, token out), and
 only model-generated tokens carry loss (`Segment.loss_mask`).
+
+Where the env has an oracle (`best_action()`), every turn also records the oracle's action at the
+state that turn's prompt showed, before the env steps, beside the action the env parsed from the
+reply (`Episode.oracle_actions`, `Episode.parsed_actions`): the labels of `rlfw.rollout.oracle` and
+the first wrong moves of `rlfw.rollout.restarts`. A task may start mid-episode (`Task.feedback`)
+and with fewer turns than the loop's limit (`Task.max_turns`).
 """
 
 from __future__ import annotations
@@ -38,12 +44,15 @@ def turn_message(task_text: str, feedback: str) -> dict:
 class _Running:
     """Book-keeping of one episode in flight."""
 
-    def __init__(self, episode: Episode, env: gym.Env, obs: dict):
+    def __init__(self, episode: Episode, env: gym.Env, obs: dict, max_turns: int):
         self.episode, self.env = episode, env
         self.task_text = obs["text"]
-        self.feedback = ""
+        self.feedback = episode.task.feedback
         self.image = obs["image"]
+        self.oracle = getattr(env.unwrapped, "best_action", None)  # None: an env without an oracle
+        self.max_turns = min(max_turns, episode.task.max_turns or max_turns)
         self.conversation: Segment | None = None  # history=full: everything so far, as sampled
+        self.messages: list[dict] = []  # history=full: the conversation as chat messages (for endpoints)
         self.open_turn = False  # history=full: the last reply was cut before its EOS
 
 
@@ -51,15 +60,16 @@ def _turn_prompt(run: _Running, processor: PolicyProcessor, history: str) -> tup
     """The prompt for this turn, and (history=full) the ids it adds to the conversation."""
     images = [run.image]
     if history == "none":
-        ids = processor.encode_message(turn_message(run.task_text, run.feedback), images)
-        return Prompt(ids + processor.generation_prompt_ids, [run.image]), []
+        message = turn_message(run.task_text, run.feedback)
+        ids = processor.encode_message(message, images)
+        return Prompt(ids + processor.generation_prompt_ids, [run.image], messages=[message]), []
     conv = run.conversation
     new = ([processor.eos_token_id] if run.open_turn else []) + (processor.turn_end_ids if conv else [])
     text = run.feedback or run.task_text
     msg = {"role": "user", "content": [{"type": "image"}, {"type": "text", "text": text}]}
     new += processor.encode_message(msg, images) + processor.generation_prompt_ids
     previous = conv.token_ids if conv else []
-    return Prompt(previous + new, (conv.images if conv else []) + [run.image]), new
+    return Prompt(previous + new, (conv.images if conv else []) + [run.image], messages=[*run.messages, msg]), new
 
 
 def _record(run: _Running, prompt: Prompt, added: list[int], comp, history: str) -> None:
@@ -107,7 +117,7 @@ def collect(
         task = tasks[i // n_samples]
         obs, _ = envs[i].reset(**task.reset_kwargs())
         episode = Episode(task=task, group_id=i // n_samples, frames=[obs["image"]] if keep_frames else [])
-        running.append(_Running(episode, envs[i], obs))
+        running.append(_Running(episode, envs[i], obs, limits.max_turns))
 
     active = list(running)
     index = {id(r): i for i, r in enumerate(running)}
@@ -128,8 +138,12 @@ def collect(
         for (r, prompt, added), comp in zip(turns, completions):
             _record(r, prompt, added, comp, limits.history)
             text = processor.decode(comp.token_ids)
-            obs, reward, terminated, truncated, info = r.env.step(text)
+            if limits.history == "full":
+                r.messages += [prompt.messages[-1], {"role": "assistant", "content": text}]
             ep = r.episode
+            ep.oracle_actions.append(r.oracle() if r.oracle else None)  # at the state this prompt showed
+            obs, reward, terminated, truncated, info = r.env.step(text)
+            ep.parsed_actions.append(info.get("action"))
             ep.actions.append(text)
             ep.turns += 1
             ep.reward += float(reward)
@@ -140,7 +154,7 @@ def collect(
             r.image, r.feedback = obs["image"], obs["text"]
             if keep_frames:
                 ep.frames.append(obs["image"])
-            if not (terminated or truncated):
+            if not (terminated or truncated) and ep.turns < r.max_turns:
                 still.append(r)
         active = still
         timers["generate"] += t2 - t1

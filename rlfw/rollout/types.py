@@ -31,6 +31,9 @@ class Prompt:
     """Names this request's random draws: an engine seeded with s samples a request from
     (s, sample_key) alone, whatever else is in the batch and however many engines share it. The agent
     loop sets (episode index, turn); without a key an engine numbers its requests itself."""
+    messages: Optional[list[dict]] = None
+    """The same request as chat messages (image parts stand for `images`, in order), for engines that
+    take messages rather than ids (`rlfw.rollout.openai_engine`); set by the agent loop."""
 
 
 _M64 = 2**64 - 1
@@ -65,6 +68,12 @@ class Task:
 
     seed: int
     layout: Optional[dict[str, Any]] = None
+    feedback: str = ""
+    """The feedback text the first turn sees (a restart mid-episode, `rlfw.rollout.restarts`:
+    the previous turn's feedback); empty for a fresh start."""
+    max_turns: Optional[int] = None
+    """Turns this task's episodes get, if fewer than the loop's limit (a restart: the original
+    episode's remaining turns); None for the loop's limit."""
 
     def reset_kwargs(self) -> dict[str, Any]:
         if self.layout is not None:
@@ -95,6 +104,12 @@ class Episode:
     generated_tokens: int = 0
     truncated_by_tokens: bool = False
     actions: list[str] = field(default_factory=list)  # decoded model outputs, one per turn
+    oracle_actions: list[Optional[str]] = field(default_factory=list)
+    """[turns] the env's `best_action()` at the state each turn's prompt showed (before the step);
+    None where the env has no oracle."""
+    parsed_actions: list[Optional[str]] = field(default_factory=list)
+    """[turns] the action the env parsed from each reply (its `info["action"]`, canonical string;
+    None for an invalid reply or an env that does not report it)."""
     frames: list[np.ndarray] = field(default_factory=list)  # observation images (kept when asked)
 
 
@@ -105,6 +120,11 @@ class TrainBatch:
     segments: list[Segment]  # [N]
     advantages: list[float]  # [N] the episode's advantage, repeated for each of its segments
     groups: list[int]  # [N] task group (mini-batches are cut at group boundaries)
+    oracle: list[Segment] = field(default_factory=list)
+    """[K] oracle-labelled turns (`algo.oracle_coef`, `rlfw.rollout.oracle`): the turn's prompt,
+    then the oracle's action and EOS as loss tokens; empty when the term is off."""
+    oracle_groups: list[int] = field(default_factory=list)
+    """[K] the task group of each oracle segment (it joins that group's mini-batch)."""
 
 
 def image_digest(image: np.ndarray) -> bytes:

@@ -1,5 +1,7 @@
 """Sweep reports: `python -m rlfw.run -m ...` ends with summary.csv/md/png in the sweep folder, one row per
-job (failed jobs included), and `python -m rlfw.report <sweep folder>` rebuilds them from the folders alone."""
+job (failed jobs included), and `python -m rlfw.report <sweep folder>` rebuilds them from the folders alone;
+jobs run in parallel through the joblib launcher, and an Optuna study (`experiment=sweep_optuna_debug`)
+maximizes `sweep.objective`, failed trials recorded without ending the study."""
 
 import csv
 import json
@@ -13,7 +15,10 @@ from hydra.core.utils import JobReturn, JobStatus
 from hydra.types import RunMode
 from omegaconf import OmegaConf
 
-from rlfw.sweep_report import STATUS_FILE, SweepReportCallback, summarize, to_csv, write_summary
+from rlfw.config import Config, register_configs
+from rlfw.run import check_objective, objective, oversubscription
+from rlfw.sweep_report import STATUS_FILE, SweepReportCallback, summarize, swept_keys, to_csv, write_summary
+from rlfw.validation import ConfigError
 
 ROOT = Path(__file__).resolve().parents[2]
 COLUMNS = ["status", "final_pass_at_1", "best_pass_at_1", "best_step", "steps", "wall_min", "dir", "error"]
@@ -166,3 +171,109 @@ def test_rlfw_report_rebuilds_the_summary_from_the_folders(multirun):
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert {n: (sweep / n).read_bytes() for n in before} == before
     assert (sweep / "summary.png").exists()
+
+
+# ---- the objective a job returns; Optuna's search space; parallel jobs' threads ----
+
+def _config(*overrides: str) -> Config:
+    from hydra import compose, initialize_config_dir
+
+    register_configs()
+    with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
+        return OmegaConf.to_object(compose(config_name="config", overrides=["trainer.output_dir=/tmp/x", *overrides]))
+
+
+def test_the_objective_is_the_named_metric_and_a_missing_one_fails_in_a_multirun():
+    final = {"eval/all/pass_at_1": 0.25, "train/reward_mean": 0.5}
+    assert objective(final, "eval/all/pass_at_1", required=True) == 0.25
+    assert objective(final, "train/reward_mean", required=True) == 0.5
+    assert objective(final, None, required=True) is None
+    assert objective(final, "eval/heldout/pass_at_1", required=False) is None  # a single run returns nothing
+    with pytest.raises(LookupError, match=r"sweep.objective=eval/heldout/pass_at_1 was never logged.*"
+                                          r"logged metrics: eval/all/pass_at_1, train/reward_mean"):
+        objective(final, "eval/heldout/pass_at_1", required=True)
+    cfg = _config("trainer.eval_interval=0")
+    with pytest.raises(ConfigError, match="trainer.eval_interval=0 never evaluates"):
+        check_objective(cfg)
+    cfg.sweep.objective = "train/reward_mean"
+    check_objective(cfg)  # not an evaluation metric: logged every step
+
+
+def test_parallel_jobs_that_oversubscribe_the_cores_are_warned_about():
+    cfg = _config("cluster.torch_threads=2")
+    cores = os.cpu_count()
+    assert oversubscription(cfg, 1) is None
+    note = oversubscription(cfg, cores)
+    assert f"up to {cores} jobs" in note and f"cluster.torch_threads={max(1, cores // cores)}" in note
+    cfg.cluster.torch_threads = 1
+    assert oversubscription(cfg, cores) is None
+
+
+def test_swept_keys_include_a_presets_search_space(tmp_path):
+    """Optuna's space lives in hydra.sweeper.params, not on the command line."""
+    OmegaConf.save(OmegaConf.create({"hydra": {
+        "sweeper": {"params": {"algo.n_samples_per_prompt": "choice(2, 4)", "algo.lr": "tag(log, interval(1e-5, 1e-3))",
+                               "seed": "0"}},
+        "overrides": {"task": ["experiment=sweep_optuna_debug", "env.max_turns=2,3", "algo.lr=1e-4"]}}}),
+        tmp_path / "multirun.yaml")
+    assert swept_keys(tmp_path, []) == ["algo.n_samples_per_prompt", "algo.lr", "env.max_turns"]
+
+
+def _sweep(sweep: Path, *overrides: str, timeout: int = 600) -> subprocess.CompletedProcess:
+    cmd = [sys.executable, "-m", "rlfw.run", "-m", *overrides, f"hydra.sweep.dir={sweep}"]
+    return subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=timeout,
+                          env=dict(os.environ, WANDB_SILENT="true"))
+
+
+def test_failed_trials_do_not_end_an_optuna_study(tmp_path):
+    """Both trials fail before training (an evaluation objective without evaluations); the study runs
+    the second after the first fails, and only ends in error because no trial completed."""
+    sweep = tmp_path / "study"
+    proc = _sweep(sweep, "experiment=sweep_optuna_debug", "trainer.eval_interval=0", timeout=300)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 1 and "No trials are completed yet" in out, out[-3000:]
+    assert out.count("Failed experiment") == 2
+    rows = _rows(sweep)
+    assert [(r["job"], r["status"]) for r in rows] == [("0", "failed"), ("1", "failed")]
+    assert all("sweep.objective=eval/all/pass_at_1" in r["error"] for r in rows)
+    assert list(rows[0])[1:4] == ["algo.n_samples_per_prompt", "env.max_turns", "algo.lr"]
+    assert not (sweep / "optimization_results.yaml").exists()
+
+
+@pytest.mark.slow  # two real debug trials, one after the other (103 s here); run by .ci/run
+def test_an_optuna_study_writes_its_best_params_and_a_row_per_trial(tmp_path):
+    sweep = tmp_path / "study"
+    proc = _sweep(sweep, "experiment=sweep_optuna_debug")
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-3000:]
+    results = OmegaConf.to_container(OmegaConf.load(sweep / "optimization_results.yaml"))
+    best = results["best_params"]
+    assert set(best) == {"algo.n_samples_per_prompt", "env.max_turns", "algo.lr"}
+    assert best["algo.n_samples_per_prompt"] in (2, 4) and best["env.max_turns"] in (2, 3)
+    assert 1e-5 <= best["algo.lr"] <= 1e-3
+    rows = _rows(sweep)
+    assert [(r["job"], r["status"]) for r in rows] == [("0", "ok"), ("1", "ok")]
+    assert list(rows[0])[1:4] == ["algo.n_samples_per_prompt", "env.max_turns", "algo.lr"]
+    # the value Optuna maximized is what the best trial returned: its last eval/all/pass_at_1
+    chosen = [r for r in rows if r["algo.lr"] == str(best["algo.lr"])]
+    assert len(chosen) == 1 and float(chosen[0]["final_pass_at_1"]) == pytest.approx(results["best_value"], abs=1e-4)
+    assert "Optuna study (`optimization_results.yaml`): best value" in (sweep / "summary.md").read_text()
+
+
+@pytest.mark.slow  # two real debug jobs at once (55-130 s here, with other work beside it); run by .ci/run
+def test_a_joblib_multirun_runs_jobs_at_once_and_writes_one_summary(tmp_path):
+    """Hydra pickles the callback into each job's process (loky): each job writes its own
+    job_status.json and a summary; the parent writes the last summary at the end."""
+    sweep = tmp_path / "multirun"
+    proc = _sweep(sweep, "hydra/launcher=joblib", "hydra.launcher.n_jobs=2", "experiment=debug", "seed=0,1",
+                  "cluster.torch_threads=1")  # 2 jobs x 1 thread on 2 cores (rlfw.run warns when oversubscribed)
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-3000:]
+    rows = _rows(sweep)
+    assert [(r["job"], r["seed"], r["status"], r["steps"]) for r in rows] == [("0", "0", "ok", "2"),
+                                                                              ("1", "1", "ok", "2")]
+    assert proc.stdout.count("rlfw: sweep summary (2 jobs)") == 3  # after each job, in its process; at the end
+    spans = []
+    for r in rows:
+        assert json.loads((sweep / r["dir"] / STATUS_FILE).read_text())["status"] == "ok"
+        stamps = [line[:19] for line in (sweep / r["dir"] / "run.log").read_text().splitlines() if line[:4].isdigit()]
+        spans.append((min(stamps), max(stamps)))
+    assert spans[0][0] < spans[1][1] and spans[1][0] < spans[0][1]  # they overlapped

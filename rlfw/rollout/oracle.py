@@ -1,0 +1,63 @@
+"""Oracle labels on the states the policy visits: a DAgger-style supervised term (`algo.oracle_coef`).
+
+GRPO's remaining maze errors are confident ones (the oracle's move under 5% at a junction), so
+sampling stops trying the right move and the outcome reward cannot correct it. The env's oracle
+can: the agent loop records, at every turn, the env's `best_action()` at the state the policy saw
+(`Episode.oracle_actions`, taken before the env steps) beside the action the env parsed from the
+reply (`Episode.parsed_actions`). `oracle_targets` turns the turns that `algo.oracle_states`
+chooses (`ORACLE_STATES`) into training segments: the turn's own prompt tokens, then the oracle's
+action and EOS as the only loss tokens, as `rlfw.sft.to_segment` builds a demonstration. The update
+(`rlfw.policy.PolicyTrainer`) adds `oracle_coef` times their mean token negative log-likelihood.
+
+This is DAgger (Ross et al. 2011) on the policy's own states, with two deviations: no aggregation
+across iterations (a step's labels train that step only), and the RL loss stays beside it. Needs
+env.history=none: there each turn is one training sequence whose prompt is the state.
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Optional, Sequence
+
+import numpy as np
+
+from rlfw.rollout.types import Episode, Segment
+
+ORACLE_STATES: dict[str, Callable[[Optional[str], Optional[str]], bool]] = {
+    "errors": lambda oracle, played: oracle is not None and played != oracle,
+    "all": lambda oracle, played: oracle is not None,
+}
+"""`algo.oracle_states` -> which turns get a label, from (oracle's action, parsed action): errors =
+the policy's move differed from the oracle's (an invalid reply counts); all = every labelled turn."""
+
+
+def answer_segment(processor, prompt_ids: list[int], images: Sequence[np.ndarray], action: str) -> Segment:
+    """`prompt_ids` followed by `action` and EOS, which alone carry loss (`rlfw.sft.to_segment`'s layout)."""
+    answer = processor.tokenizer.encode(action, add_special_tokens=False) + [processor.eos_token_id]
+    ids = list(prompt_ids) + answer
+    return Segment(ids, [0] * len(prompt_ids) + [1] * len(answer), [0.0] * len(ids), list(images))
+
+
+def oracle_targets(episodes: list[Episode], processor, states: str) -> tuple[list[Segment], list[int]]:
+    """The oracle segments [K] of the turns `states` chooses, and their episodes' task groups [K].
+    Turn t of an episode is its segment t (env.history=none); its prompt is everything before the
+    generated tokens."""
+    chosen = ORACLE_STATES[states]
+    segments, groups = [], []
+    for e in episodes:
+        for seg, oracle, played in zip(e.segments, e.oracle_actions, e.parsed_actions):
+            if chosen(oracle, played):
+                prompt = len(seg.token_ids) - sum(seg.loss_mask)
+                segments.append(answer_segment(processor, seg.token_ids[:prompt], seg.images, oracle))
+                groups.append(e.group_id)
+    return segments, groups
+
+
+def oracle_metrics(episodes: list[Episode], used: int) -> dict[str, float]:
+    """`train/oracle_disagreement` (share of labelled turns where the parsed move was not the
+    oracle's) and `train/oracle_states` (labelled turns the oracle term used); nothing for an env
+    without an oracle."""
+    labelled = [(o, p) for e in episodes for o, p in zip(e.oracle_actions, e.parsed_actions) if o is not None]
+    if not labelled:
+        return {}
+    return {"train/oracle_disagreement": float(np.mean([o != p for o, p in labelled])),
+            "train/oracle_states": float(used)}
