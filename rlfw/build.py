@@ -26,9 +26,15 @@ def env_kwargs(env: EnvConfig) -> dict:
     return out
 
 
-def make_env_fn(env: EnvConfig) -> Callable[[], gym.Env]:
-    """A factory for the configured env; imports `envs` and the user's `env.module` first."""
+def make_env_fn(env: EnvConfig, crop_px: int = 0) -> Callable[[], gym.Env]:
+    """A factory for the configured env; imports `envs` and the user's `env.module` first.
+
+    `crop_px` cuts that many pixels from each side of every observation image
+    (`envs.wrappers.CropImage`): pass the policy's own, `PolicyProcessor.crop_px` (recorded in its
+    model folder), so that the env shows every consumer of the policy the pixels it was trained on.
+    0 gives the env's full renders (what a new tiny_vl is sized from)."""
     import envs
+    from envs.wrappers import CropImage
 
     if env.module:
         envs.import_env_module(env.module)
@@ -36,6 +42,8 @@ def make_env_fn(env: EnvConfig) -> Callable[[], gym.Env]:
         raise ValueError(f"env.id={env.id!r} is not registered; registered rlfw envs: {envs.list_envs()}"
                          + ("" if env.module else " (set env.module=<your.module> to import your own)"))
     kwargs = env_kwargs(env)
+    if crop_px:
+        return lambda: CropImage(gym.make(env.id, **kwargs), crop_px)
     return lambda: gym.make(env.id, **kwargs)
 
 

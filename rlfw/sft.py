@@ -138,9 +138,9 @@ def run_sft(cfg: SFTRunConfig) -> dict:
     out_dir.mkdir(parents=True, exist_ok=True)
     save_run_config(cfg, out_dir)
     seed_everything(cfg.seed)
-    make_env = make_env_fn(cfg.env)
-    path = prepare_base_model(cfg.model, make_env, out_dir, cfg.seed)
+    path = prepare_base_model(cfg.model, make_env_fn(cfg.env), out_dir, cfg.seed)
     model, processor = build_policy_model(cfg.model, path)
+    make_env = make_env_fn(cfg.env, processor.crop_px)  # demonstrations in the policy's observations
     params = [p for p in model.parameters() if p.requires_grad]
     optimizer = torch.optim.AdamW(params, lr=s.lr, weight_decay=s.weight_decay)
     decay_steps = int(s.steps * s.decay_fraction)

@@ -122,7 +122,7 @@ def training_segments(path: Path, n: int):
 
     env_cfg = MazeEnvConfig(name="maze", id="rlfw/Maze2D-v0", max_turns=20, cell_px=8)
     processor = PolicyProcessor.from_pretrained(path)
-    sampler = DemoSampler(make_env_fn(env_cfg), seed=0, mode="all_squares", noise=0.0)
+    sampler = DemoSampler(make_env_fn(env_cfg, processor.crop_px), seed=0, mode="all_squares", noise=0.0)
     return [to_segment(processor, *state) for state in sampler.sample(n)]
 
 

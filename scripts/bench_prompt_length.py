@@ -62,7 +62,7 @@ def main() -> None:
     model, processor = build_policy_model(ModelConfig(name="tiny_vl", lora=LoraConfig(rank=0)), str(SHIPPED))
     model.train()
     optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-6)
-    sampler = DemoSampler(make_env_fn(MazeEnvConfig(name="maze", id="rlfw/Maze2D-v0", cell_px=8)), seed=0,
+    sampler = DemoSampler(make_env_fn(MazeEnvConfig(name="maze", id="rlfw/Maze2D-v0", cell_px=8), processor.crop_px), seed=0,
                           mode="all_squares", noise=0.0)
     full = [[to_segment(processor, *state) for state in sampler.sample(args.batch)] for _ in range(args.steps)]
     vision_end = processor.tokenizer.convert_tokens_to_ids("<|vision_end|>")

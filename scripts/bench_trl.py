@@ -8,7 +8,7 @@ rewards with that env. The settings match as far as the two frameworks allow:
 
 - model: the same checkpoint folder, float32, the same PEFT LoRA (rank, alpha, target modules);
 - prompts: token ids checked identical (rlfw's message-at-a-time encoding vs TRL's processor), and
-  the same pixels (TRL is fed images already cropped by rlfw's `crop_px`, through the same
+  the same pixels (TRL is fed the env's images, cropped by the env as for rlfw's policy, through the same
   Qwen2-VL image processor);
 - sampling: temperature 1.0, top_p 1.0, no top-k, the same max completion length, stop at
   `<|im_end|>`, the same suppressed tokens;
@@ -128,7 +128,7 @@ def run_rlfw(args, path: str, env_cfg: MazeEnvConfig, model_cfg: ModelConfig, al
     elif not dedup:
         return None  # this rlfw has no duplicate sharing to switch off
     processor = PolicyProcessor.from_pretrained(path)
-    make_env = make_env_fn(env_cfg)
+    make_env = make_env_fn(env_cfg, processor.crop_px)
     envs = [make_env() for _ in range(args.prompts * args.generations)]
     params = SamplingParams(temperature=algo.temperature, top_p=algo.top_p, max_new_tokens=env_cfg.max_new_tokens)
     limits = LoopLimits(max_turns=1, max_new_tokens=env_cfg.max_new_tokens,
@@ -187,13 +187,12 @@ def trl_dataset(env_cfg: MazeEnvConfig, tasks: list[list[Task]], crop: int):
     from datasets import Dataset
     from PIL import Image
 
-    env = make_env_fn(env_cfg)()
+    env = make_env_fn(env_cfg, crop)()
     rows = {"prompt": [], "image": [], "layout": []}
     for task in (t for step in tasks for t in step):
         obs, _ = env.reset(seed=task.seed)
-        image = obs["image"][crop:-crop, crop:-crop] if crop else obs["image"]
         rows["prompt"].append([{"role": "user", "content": obs["text"]}])
-        rows["image"].append(Image.fromarray(image))
+        rows["image"].append(Image.fromarray(obs["image"]))
         rows["layout"].append(json.dumps(env.unwrapped.layout()))
     return Dataset.from_dict(rows)
 
@@ -216,10 +215,9 @@ def check_same_prompt(processor, pp: PolicyProcessor, env_cfg: MazeEnvConfig, ta
     """Fail unless TRL's processor gives the prompt ids and pixels rlfw's rollout gives."""
     from PIL import Image
 
-    obs, _ = make_env_fn(env_cfg)().reset(seed=task.seed)
+    obs, _ = make_env_fn(env_cfg, pp.crop_px)().reset(seed=task.seed)
     rlfw_ids = pp.encode_message(turn_message(obs["text"], ""), [obs["image"]]) + pp.generation_prompt_ids
-    c = pp.crop_px
-    image = Image.fromarray(obs["image"][c:-c, c:-c] if c else obs["image"])
+    image = Image.fromarray(obs["image"])
     conv = [[{"role": "user", "content": [{"type": "image", "image": image}, {"type": "text", "text": obs["text"]}]}]]
     out = processor.apply_chat_template(conversation=conv, add_generation_prompt=True, tokenize=True, return_dict=True)
     same_pixels = np.array_equal(np.asarray(out["pixel_values"]), pp.image_features(obs["image"]).pixel_values.numpy())

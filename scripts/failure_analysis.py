@@ -71,7 +71,10 @@ def move_prob(model, processor, obs: dict, task: str, feedback: str, action: str
     from rlfw.policy import sequence_logprobs
     from rlfw.sft import to_segment
 
-    segment = to_segment(processor, obs["image"], task, feedback, action)
+    from envs.wrappers import crop_image
+
+    # `env` here is the bare env (its layout and oracle): cut the border the policy's envs cut
+    segment = to_segment(processor, crop_image(obs["image"], processor.crop_px), task, feedback, action)
     with torch.no_grad():
         logp, mask, _ = sequence_logprobs(model, processor, [segment])
     return float((logp * mask).sum().exp())

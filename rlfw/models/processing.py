@@ -34,10 +34,14 @@ class PolicyProcessor:
     """Tokenizer + image processor with message-at-a-time encoding (see module docstring)."""
 
     def __init__(self, tokenizer: PreTrainedTokenizerBase, image_processor: Qwen2VLImageProcessorPil,
-                 crop_px: int = 0):
+                 crop_px: int = 0, observation_px: tuple[int, int] | None = None):
         self.tokenizer = tokenizer
         self.image_processor = image_processor
-        self.crop_px = crop_px  # pixels cut from each image side before the vision tower
+        # The policy's observation contract, saved in rlfw_processor.json. The processor never crops:
+        # the env does (envs.wrappers.CropImage, applied by rlfw.build.make_env_fn), so every consumer
+        # (in-process engines, vLLM, an endpoint, a user's client) gets the same pixels.
+        self.crop_px = crop_px  # pixels the env cuts from each side of its rendered image for this policy
+        self.observation_px = tuple(observation_px) if observation_px else None  # (H, W) it was trained on
         self.image_token_id = tokenizer.convert_tokens_to_ids("<|image_pad|>")
         self.eos_token_id = tokenizer.convert_tokens_to_ids("<|im_end|>")
         self.pad_token_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else self.eos_token_id
@@ -53,33 +57,44 @@ class PolicyProcessor:
     def save_pretrained(self, path: str | Path) -> None:
         self.tokenizer.save_pretrained(str(path))
         self.image_processor.save_pretrained(str(path))
-        (Path(path) / RLFW_PROCESSOR_FILE).write_text(json.dumps({"crop_px": self.crop_px}))
+        extra = {"crop_px": self.crop_px}
+        if self.observation_px:
+            extra["observation_px"] = list(self.observation_px)
+        (Path(path) / RLFW_PROCESSOR_FILE).write_text(json.dumps(extra))
 
     @classmethod
     def from_pretrained(cls, path: str | Path) -> "PolicyProcessor":
         tokenizer = AutoTokenizer.from_pretrained(str(path))
         tokenizer.padding_side = "left"
         extra = Path(path) / RLFW_PROCESSOR_FILE
-        crop = json.loads(extra.read_text())["crop_px"] if extra.exists() else 0
-        return cls(tokenizer, Qwen2VLImageProcessorPil.from_pretrained(str(path)), crop_px=crop)
+        info = json.loads(extra.read_text()) if extra.exists() else {}
+        return cls(tokenizer, Qwen2VLImageProcessorPil.from_pretrained(str(path)), crop_px=info.get("crop_px", 0),
+                   observation_px=info.get("observation_px"))
 
     # -- encoding ------------------------------------------------------------------------------
     def _encode_text(self, text: str) -> list[int]:
         return self.tokenizer.encode(text, add_special_tokens=False)
 
-    def crop(self, image: np.ndarray) -> np.ndarray:
-        """The image as the vision tower sees it: `crop_px` cut from each side (the maze's constant outer wall)."""
-        c = self.crop_px
-        return image[c:-c, c:-c] if c else image
+    def check_image(self, image: np.ndarray) -> np.ndarray:
+        """`image` if it has the size this policy was trained on; else a ValueError naming the fix
+        (an uncropped observation would otherwise be read silently as a different maze)."""
+        if self.observation_px and tuple(image.shape[:2]) != self.observation_px:
+            h, w = image.shape[:2]
+            hint = (f" (an env observation not cropped by {self.crop_px} px a side: build envs with "
+                    f"rlfw.build.make_env_fn(env, crop_px=processor.crop_px))"
+                    if (h - 2 * self.crop_px, w - 2 * self.crop_px) == self.observation_px else "")
+            raise ValueError(f"a {h}x{w} image; this policy reads {self.observation_px[0]}x{self.observation_px[1]} "
+                             f"observations{hint}")
+        return image
 
     def n_image_tokens(self, image: np.ndarray) -> int:
         """LM placeholder tokens for `image`, from its size alone (no pixel processing)."""
-        h, w = self.crop(image).shape[:2]
+        h, w = self.check_image(image).shape[:2]
         merge = self.image_processor.merge_size
         return self.image_processor.get_number_of_image_patches(h, w) // (merge * merge)
 
     def image_features(self, image: np.ndarray) -> ImageFeatures:
-        out = self.image_processor(images=[self.crop(image)], return_tensors="pt")
+        out = self.image_processor(images=[self.check_image(image)], return_tensors="pt")
         return ImageFeatures(out["pixel_values"], out["image_grid_thw"][0])
 
     def encode_message(self, message: dict, images: list[np.ndarray] | None = None) -> list[int]:

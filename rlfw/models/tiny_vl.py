@@ -103,7 +103,7 @@ def build_processor(tokenizer: PreTrainedTokenizerFast, spec: TinyVLSpec, image_
         temporal_patch_size=2,
         size={"shortest_edge": min(pixels, factor * factor), "longest_edge": max(pixels, 4 * pixels)},
     )
-    return PolicyProcessor(tokenizer, image_processor, crop_px=spec.image_crop_px)
+    return PolicyProcessor(tokenizer, image_processor, crop_px=spec.image_crop_px, observation_px=(image_px, image_px))
 
 
 def build_model_config(spec: TinyVLSpec, tokenizer: PreTrainedTokenizerFast, image_px: int) -> Qwen3VLConfig:

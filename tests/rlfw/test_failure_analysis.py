@@ -128,12 +128,12 @@ def test_move_prob_scores_the_turn_the_policy_saw():
                                           str(ckpt))
     tasks, layouts = eval_tasks(env_cfg)
     tasks, layouts = tasks[:6], layouts[:6]
-    make_env = make_env_fn(env_cfg)
+    make_env = make_env_fn(env_cfg, processor.crop_px)
     _, played = evaluate(TransformersEngine(model, processor), processor, [make_env() for _ in tasks], tasks, layouts,
                          LoopLimits(max_turns=20, max_new_tokens=env_cfg.max_new_tokens, max_episode_tokens=4096),
                          "eval64")
     model.eval()
-    env = make_env().unwrapped
+    env = make_env().unwrapped  # the bare env, as the script uses it: move_prob cuts the policy's border
     turns = 0
     for task, ep in zip(tasks, played):
         obs, _ = env.reset(options={"layout": task.layout})

@@ -54,8 +54,8 @@ def test_demonstrations_are_in_the_rl_turn_format(tmp_path, mode, noise):
     from rlfw.models.processing import PolicyProcessor
 
     cfg = _cfg(tmp_path)
-    make_env = make_env_fn(cfg.env)
-    processor = PolicyProcessor.from_pretrained(prepare_base_model(cfg.model, make_env, tmp_path, 0))
+    processor = PolicyProcessor.from_pretrained(prepare_base_model(cfg.model, make_env_fn(cfg.env), tmp_path, 0))
+    make_env = make_env_fn(cfg.env, processor.crop_px)  # the policy's observations
     sampler = DemoSampler(make_env, seed=0, mode=mode, noise=noise)
     actions = set(make_env().unwrapped.action_strings)
     for image, task, feedback, action in sampler.sample(32):
@@ -84,7 +84,7 @@ def test_sft_with_lora_trains_the_adapter(tmp_path):
     tuned, _ = load_policy(tmp_path / "checkpoint")  # LoRA merged into the saved weights
     name = "model.language_model.layers.0.self_attn.q_proj.weight"
     assert not torch.equal(start.state_dict()[name], tuned.state_dict()[name])
-    demos = DemoSampler(make_env_fn(cfg.env), seed=123, mode="all_squares", noise=0.0).sample(128)
+    demos = DemoSampler(make_env_fn(cfg.env, processor.crop_px), seed=123, mode="all_squares", noise=0.0).sample(128)
     segments = [to_segment(processor, *d) for d in demos]
     with torch.no_grad():
         before, after = (sft_loss(m.eval(), processor, segments)[0].item() for m in (start, tuned))

@@ -40,11 +40,13 @@ def _episodes(engine, tasks, n, params):
     import gymnasium as gym
 
     import envs  # noqa: F401
+    from envs.wrappers import CropImage
     from rlfw.models.processing import PolicyProcessor
     from rlfw.rollout.agent_loop import LoopLimits, collect
 
     processor = PolicyProcessor.from_pretrained(SHIPPED)
-    envs_ = [gym.make("rlfw/Maze2D-v0", cell_px=8, max_turns=LIMITS["max_turns"]) for _ in range(len(tasks) * n)]
+    envs_ = [CropImage(gym.make("rlfw/Maze2D-v0", cell_px=8, max_turns=LIMITS["max_turns"]), processor.crop_px)
+             for _ in range(len(tasks) * n)]
     return collect(engine, processor, envs_, tasks, n, params, LoopLimits(**LIMITS))
 
 
