@@ -12,6 +12,7 @@ adapter (`eval.adapter=`: an rlfw.run export `exports/global_step_N/` or a `lora
     python -m rlfw.eval model.path=outputs/<sft run>/checkpoint eval.sets=[eval64,heldout]
     python -m rlfw.eval eval.adapter=outputs/<run>/exports/global_step_400 eval.n=8 eval.temperature=1
     python -m rlfw.eval eval.layouts=my_mazes.json                  # only the mazes of a file
+    python -m rlfw.eval eval.base_url=http://127.0.0.1:8000/v1 eval.model=tiny_vl_maze_sft:grpo  # a served adapter
 
 Writes `<eval.output_dir>/metrics.json` (every set's metrics, the policy, the command),
 `config.yaml`, and per set `<set>/episodes.jsonl` and the first `eval.save_gifs` episodes as GIFs;
@@ -38,15 +39,26 @@ def build_policy_engine(cfg: EvalRunConfig, model_path: str):
     """The policy under evaluation as an inference engine, with its processor and a description
     for metrics.json.
 
-    Two sources today: a model folder as it is, or a model folder with `eval.adapter` loaded by
-    PEFT (merged into the weights for inference, as the rollout engines do). A third, an
-    OpenAI-compatible endpoint (eval.base_url / eval.model / eval.concurrency, refused by
-    `validate_eval` until it is built), would return an `InferenceEngine` from here.
+    Three sources: a model folder as it is, a model folder with `eval.adapter` loaded by PEFT
+    (merged into the weights for inference, as the rollout engines do), or an OpenAI-compatible
+    endpoint (`eval.base_url`, `eval.model`), where model.path gives only the tokenizer and the
+    observation crop.
     """
+    import os
+
     from rlfw.models import load_policy
+    from rlfw.models.processing import PolicyProcessor
     from rlfw.rollout.engine import TransformersEngine
 
     v = cfg.eval
+    if v.base_url:
+        from rlfw.rollout.openai_engine import OpenAIEngine
+
+        processor = PolicyProcessor.from_pretrained(model_path)
+        engine = OpenAIEngine(v.base_url, v.model, processor, concurrency=v.concurrency,
+                              api_key=os.environ.get(v.api_key_env))
+        return engine, processor, {"model": v.model, "base_url": v.base_url, "adapter": None,
+                                   "tokenizer": str(Path(model_path).resolve())}
     model, processor = load_policy(model_path, cfg.model.dtype)
     policy = {"model": str(Path(model_path).resolve()) if Path(model_path).exists() else model_path,
               "adapter": None}
@@ -143,11 +155,12 @@ def run_eval(cfg: EvalRunConfig) -> dict:
     out_dir.mkdir(parents=True, exist_ok=True)
     save_run_config(cfg, out_dir)
     seed_everything(cfg.seed)
-    make_env = make_env_fn(e)
-    model_path = prepare_base_model(cfg.model, make_env, out_dir, cfg.seed)
+    model_path = prepare_base_model(cfg.model, make_env_fn(e), out_dir, cfg.seed)
     sets = evaluation_sets(cfg)
     engine, processor, policy = build_policy_engine(cfg, model_path)
-    print(f"rlfw.eval: {'a random-init tiny_vl' if cfg.model.path is None else 'model'} {policy['model']}"
+    make_env = make_env_fn(e, processor.crop_px)  # the observations the policy was trained on
+    where = f" at {v.base_url}" if v.base_url else ""
+    print(f"rlfw.eval: {'a random-init tiny_vl' if cfg.model.path is None else 'model'} {policy['model']}{where}"
           + (f" + adapter {policy['adapter']}" if v.adapter else "") + f", {', '.join(sets)}", flush=True)
     limits = LoopLimits(max_turns=e.max_turns, max_new_tokens=e.max_new_tokens,
                         max_episode_tokens=e.max_episode_tokens, history=e.history)

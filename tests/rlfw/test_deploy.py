@@ -16,7 +16,8 @@ def _name(requirement: str) -> str:
 def _declared() -> set[str]:
     cfg = configparser.ConfigParser()
     cfg.read(ROOT / "setup.cfg")
-    reqs = cfg["options"]["install_requires"].split("\n") + cfg["options.extras_require"]["vllm"].split("\n")
+    extras = cfg["options.extras_require"]
+    reqs = cfg["options"]["install_requires"].split("\n") + extras["vllm"].split("\n") + extras["serve"].split("\n")
     return {_name(r) for r in reqs if r.strip() and not r.strip().startswith("#")}
 
 
@@ -38,7 +39,7 @@ def test_every_declared_package_is_pinned_for_the_image():
 
 def test_the_dockerfile_installs_the_project_with_the_vllm_extra_under_the_pins():
     text = (DOCKER / "Dockerfile").read_text()
-    assert re.search(r'pip install -c /tmp/constraints-gpu.txt -e "\.\[vllm\]"', text)
+    assert re.search(r'pip install -c /tmp/constraints-gpu.txt -e "\.\[vllm,serve\]"', text)
     assert "COPY deploy/docker/constraints-gpu.txt" in text
     assert re.search(r"^FROM nvidia/cuda:\S+", text, re.M)
     pins = _pins()

@@ -134,7 +134,7 @@ def test_an_adapter_changes_the_episodes_and_plays_as_the_rollout_engine_would(t
     layouts = load_layout_file(few)
     tasks = [Task(seed=int(r["seed"]), layout=r) for r in layouts]
     e = cfg.env
-    metrics, in_training = evaluate(engine, engine.processor, [make_env_fn(e)() for _ in tasks], tasks, layouts,
+    metrics, in_training = evaluate(engine, engine.processor, [make_env_fn(e, engine.processor.crop_px)() for _ in tasks], tasks, layouts,
                                     LoopLimits(e.max_turns, e.max_new_tokens, e.max_episode_tokens, e.history), "few")
     assert metrics["eval/few/pass_at_1"] == record["eval/few/pass_at_1"]
     assert [ep.actions for ep in in_training] == [ep["actions"] for ep in played]
@@ -193,8 +193,12 @@ def _bad_files(tmp: Path) -> dict[str, Path]:
     (["eval.n=0"], "eval.n=0 must be >= 1"),
     (["eval.n=4"], "eval.n=4 greedy episodes of a maze are all the same; set eval.temperature>0"),
     (["eval.temperature=-1"], "eval.temperature=-1.0 must be >= 0"),
-    (["eval.base_url=http://127.0.0.1:8000/v1", "eval.model=policy"], "are not built yet"),
-    (["eval.concurrency=8"], "are not built yet"),
+    (["eval.base_url=127.0.0.1:8000/v1", "eval.model=policy"], "an http(s) URL of an OpenAI-compatible API"),
+    (["eval.base_url=http://127.0.0.1:8000/v1"], "eval.base_url is set but eval.model is not"),
+    (["eval.base_url=http://127.0.0.1:8000/v1", "eval.model=p", "eval.adapter={tmp}/empty_folder"],
+     "an endpoint serves its own adapters"),
+    (["eval.base_url=http://127.0.0.1:8000/v1", "eval.model=p", "eval.concurrency=0"], "eval.concurrency=0: must be >= 1"),
+    (["eval.model=policy"], "eval.model='policy' names a served model, but eval.base_url is not set"),
 ])
 def test_bad_input_fails_before_any_work_with_a_clear_message(tmp_path, overrides, message):
     from rlfw.eval import run_eval
