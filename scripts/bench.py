@@ -18,6 +18,8 @@ back, and reported as a ratio; absolute numbers are for orientation only.
 6. FSDP2: the policy update on 1 and 2 gloo ranks and the adapter gather (scripts/bench_fsdp.py).
 7. vLLM: the vLLM engine against rlfw's (scripts/bench_vllm.py, run with .venv-vllm's Python when
    `bash scripts/setup.sh --vllm` made it).
+8. Serving: `python -m rlfw.serve` (Ray Serve LLM) against `vllm serve` on the same model and adapter
+   (scripts/bench_serve.py, .venv-vllm's Python).
 
     python scripts/bench.py                 # full sizes, about 10 minutes on 2 cores
     python scripts/bench.py --smoke         # seconds; run by the test suite (timings never asserted)
@@ -55,7 +57,7 @@ TINY = TinyVLSpec(num_layers=6, hidden_size=128, intermediate_size=512, patch_si
 # a CPU-sized "large" policy: 8 x 512 language model, 4 x 256 vision tower (about 35M parameters)
 LARGE = TinyVLSpec(num_layers=8, hidden_size=512, num_heads=8, num_kv_heads=4, intermediate_size=2048,
                    vision_hidden_size=256, vision_depth=4, vision_heads=4, patch_size=8, image_crop_px=8)
-SECTIONS = ["rollout", "training", "trl", "memory", "fsdp", "vllm"]
+SECTIONS = ["rollout", "training", "trl", "memory", "fsdp", "vllm", "serve"]
 SMOKE = TinyVLSpec(num_layers=1, hidden_size=64, intermediate_size=128, vision_depth=1, patch_size=8,
                    image_crop_px=8)
 
@@ -223,6 +225,8 @@ def main() -> None:
         emit("## 6. FSDP2: 1 and 2 training ranks\n\n" + script_section("bench_fsdp.py", args), "fsdp")
     if "vllm" not in args.skip:
         emit("## 7. The vLLM engine against rlfw's\n\n" + script_section("bench_vllm.py", args, ROOT / ".venv-vllm" / "bin" / "python"), "vllm")
+    if "serve" not in args.skip:
+        emit("## 8. Serving: Ray Serve LLM against vllm serve\n\n" + script_section("bench_serve.py", args, ROOT / ".venv-vllm" / "bin" / "python"), "serve")
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text("\n\n".join(sections) + "\n")

@@ -63,8 +63,11 @@ class OpenAIEngine:
 
     def __init__(self, base_url: str, model: str, processor: PolicyProcessor, concurrency: int = 8,
                  api_key: str | None = None, timeout_s: float = 120.0, max_retries: int = 2):
+        import logging
+
         from openai import OpenAI
 
+        logging.getLogger("httpx").setLevel(logging.WARNING)  # one INFO line per request otherwise
         self.model, self.processor = model, processor
         self.client = OpenAI(base_url=base_url, api_key=api_key or "EMPTY", timeout=timeout_s, max_retries=max_retries)
         self.pool = ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="rlfw-openai")

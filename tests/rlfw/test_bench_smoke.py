@@ -19,7 +19,7 @@ def test_bench_smoke_writes_every_section(tmp_path):
     """scripts/bench.py: machine limit, rollout, training (TRL and memory have their own tests:
     test_bench_trl.py, and the end-to-end run's memory metrics)."""
     out = tmp_path / "results.md"
-    proc = subprocess.run([sys.executable, "scripts/bench.py", "--smoke", "--skip", "trl", "memory", "vllm", "--out", str(out)],
+    proc = subprocess.run([sys.executable, "scripts/bench.py", "--smoke", "--skip", "trl", "memory", "vllm", "serve", "--out", str(out)],
                           cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-2000:]
     text = out.read_text()

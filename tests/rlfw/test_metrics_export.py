@@ -10,6 +10,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from rlfw.distributed.ray_runtime import metrics_export_port
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -30,6 +32,7 @@ def test_a_busy_port_is_given_up_with_the_reason():
     assert metrics_export_port(70000)[0] is None
 
 
+@pytest.mark.slow  # a real debug run through Ray (about a minute); run by .ci/run
 def test_a_run_whose_metrics_export_port_is_in_use_trains_and_says_so(tmp_path):
     with _busy_port() as busy:  # bound on loopback, as another exporter would hold it
         port = busy.getsockname()[1]
