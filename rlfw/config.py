@@ -101,7 +101,9 @@ class AlgoConfig:
     turns used), train/oracle_disagreement (share of turns whose move was not the oracle's)."""
     oracle_states: str = "errors"
     """Turns the oracle term labels: errors (the policy's parsed action differed from the oracle's;
-    an invalid reply counts) or all (every visited turn; one more forward pass per turn)."""
+    an invalid reply counts), first_error (only each episode's first such turn: the state where a
+    greedy policy leaves the path; the cheapest) or all (every visited turn; one more forward pass
+    per turn)."""
     restart_fraction: float = 0.0
     """Share of each rollout round's groups started not from a fresh maze but from the state just
     before the first wrong move (action != the oracle's) of a recent training episode, with that

@@ -22,12 +22,23 @@ import numpy as np
 
 from rlfw.rollout.types import Episode, Segment
 
-ORACLE_STATES: dict[str, Callable[[Optional[str], Optional[str]], bool]] = {
-    "errors": lambda oracle, played: oracle is not None and played != oracle,
-    "all": lambda oracle, played: oracle is not None,
+def _wrong(oracle: Optional[str], played: Optional[str]) -> bool:
+    return oracle is not None and played != oracle
+
+
+def _errors(e: Episode) -> list[int]:
+    return [t for t, (o, p) in enumerate(zip(e.oracle_actions, e.parsed_actions)) if _wrong(o, p)]
+
+
+ORACLE_STATES: dict[str, Callable[[Episode], list[int]]] = {
+    "errors": _errors,
+    "first_error": lambda e: _errors(e)[:1],
+    "all": lambda e: [t for t, o in enumerate(e.oracle_actions) if o is not None],
 }
-"""`algo.oracle_states` -> which turns get a label, from (oracle's action, parsed action): errors =
-the policy's move differed from the oracle's (an invalid reply counts); all = every labelled turn."""
+"""`algo.oracle_states` -> the turns of an episode that get a label: errors = every turn where the
+policy's move differed from the oracle's (an invalid reply counts); first_error = only the first
+such turn (the state where a greedy policy goes wrong; later ones are off its path); all = every
+labelled turn."""
 
 
 def answer_segment(processor, prompt_ids: list[int], images: Sequence[np.ndarray], action: str) -> Segment:
@@ -44,11 +55,11 @@ def oracle_targets(episodes: list[Episode], processor, states: str) -> tuple[lis
     chosen = ORACLE_STATES[states]
     segments, groups = [], []
     for e in episodes:
-        for seg, oracle, played in zip(e.segments, e.oracle_actions, e.parsed_actions):
-            if chosen(oracle, played):
-                prompt = len(seg.token_ids) - sum(seg.loss_mask)
-                segments.append(answer_segment(processor, seg.token_ids[:prompt], seg.images, oracle))
-                groups.append(e.group_id)
+        for t in chosen(e):
+            seg = e.segments[t]
+            prompt = len(seg.token_ids) - sum(seg.loss_mask)
+            segments.append(answer_segment(processor, seg.token_ids[:prompt], seg.images, e.oracle_actions[t]))
+            groups.append(e.group_id)
     return segments, groups
 
 

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from envs.actions import STOP
-from rlfw.config import AlgoConfig, EnvConfig
+from rlfw.config import AlgoConfig, EnvConfig, repo_root
 from rlfw.distributed.workers import PolicyWorker
 from rlfw.rollout.oracle import oracle_targets
 from rlfw.rollout.types import Task
@@ -205,3 +205,29 @@ def test_the_dagger_preset_is_maze_from_sft_with_the_oracle_term(tmp_path):
     assert base.algo.oracle_coef == 0 and dagger.algo.oracle_coef > 0 and dagger.algo.oracle_states == "errors"
     dagger.algo.oracle_coef = 0.0
     assert dagger == base
+
+
+def test_each_state_choice_labels_the_turns_it_names():
+    """errors: every disagreeing turn; first_error: only the first; all: every turn with a label.
+    Each chosen turn's segment is that turn's prompt followed by the oracle's move."""
+    from rlfw.models.processing import PolicyProcessor
+    from rlfw.rollout.oracle import oracle_targets
+    from rlfw.rollout.types import Episode, Segment, Task
+
+    processor = PolicyProcessor.from_pretrained(f"{repo_root()}/checkpoints/tiny_vl_maze_sft")
+    stop = processor.tokenizer.encode("x", add_special_tokens=False)
+    e = Episode(task=Task(seed=1), group_id=3)
+    turns = [("right", "right"), ("up", "left"), ("up", "up"), ("down", None), ("stop", "stop")]
+    for t, (oracle, played) in enumerate(turns):
+        e.segments.append(Segment([100 + t, 7] + stop, [0, 0] + [1] * len(stop), [0.0] * (2 + len(stop)), []))
+        e.oracle_actions.append(oracle)
+        e.parsed_actions.append(played)
+    e.oracle_actions.append(None)  # a turn without a label is never chosen
+    e.parsed_actions.append("up")
+    e.segments.append(Segment([99, 7] + stop, [0, 0] + [1] * len(stop), [0.0] * (2 + len(stop)), []))
+    for states, want in [("errors", [1, 3]), ("first_error", [1]), ("all", [0, 1, 2, 3, 4])]:
+        segments, groups = oracle_targets([e], processor, states)
+        assert [s.token_ids[0] - 100 for s in segments] == want and groups == [3] * len(want), states
+        for s, t in zip(segments, want):
+            answer = processor.tokenizer.encode(turns[t][0], add_special_tokens=False) + [processor.eos_token_id]
+            assert s.token_ids == [100 + t, 7] + answer and s.loss_mask == [0, 0] + [1] * len(answer)
