@@ -54,9 +54,10 @@ def training_tasks(seed: int, step: int, round_: int, n: int,
 
 
 def limits_of(cfg: Config) -> LoopLimits:
-    e = cfg.env
+    e, a = cfg.env, cfg.algo
     return LoopLimits(max_turns=e.max_turns, max_new_tokens=e.max_new_tokens,
-                      max_episode_tokens=e.max_episode_tokens, history=e.history)
+                      max_episode_tokens=e.max_episode_tokens, history=e.history,
+                      oracle=a.oracle_coef > 0 or a.restart_fraction > 0)  # labels only where a lever reads them
 
 
 def start_states(cfg: Config, make_env, allowed: Callable[[int], bool] | None = None) -> StartStates:

@@ -33,6 +33,9 @@ class LoopLimits:
     """Prompt plus generated tokens per episode (history=full) or per turn (history=none)."""
     history: str = "none"
     """none or full (see rlfw.config.EnvConfig.history)."""
+    oracle: bool = True
+    """Record the env's best_action() at every turn (`Episode.oracle_actions`), where the env has one:
+    a shortest-path search per turn, so training turns it off unless a lever reads the labels."""
 
 
 def turn_message(task_text: str, feedback: str) -> dict:
@@ -141,7 +144,7 @@ def collect(
             if limits.history == "full":
                 r.messages += [prompt.messages[-1], {"role": "assistant", "content": text}]
             ep = r.episode
-            ep.oracle_actions.append(r.oracle() if r.oracle else None)  # at the state this prompt showed
+            ep.oracle_actions.append(r.oracle() if r.oracle and limits.oracle else None)  # at the state this prompt showed
             obs, reward, terminated, truncated, info = r.env.step(text)
             ep.parsed_actions.append(info.get("action"))
             ep.actions.append(text)
