@@ -366,6 +366,10 @@ def validate_serve(cfg) -> None:
         elif s.print_config:
             errs.append(f"serve.adapters_path={s.adapters_path!r}: a cluster reads adapters from remote storage; give "
                         f"an {'/'.join(REMOTE_SCHEMES)} URL for serve.print_config")
+        elif s.ray_address:
+            errs.append(f"serve.adapters_path={s.adapters_path} is a local folder, which rlfw serves from 127.0.0.1 "
+                        f"on this machine; the replicas of a cluster (serve.ray_address={s.ray_address}) cannot reach "
+                        "it: give an s3:// (or gs://, abfss://, azure://) URL")
         elif not Path(s.adapters_path).is_dir():
             errs.append(f"serve.adapters_path={s.adapters_path}: no such folder")
         else:

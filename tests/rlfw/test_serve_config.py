@@ -43,6 +43,7 @@ def _adapter(folder: Path, rank: int = 8) -> None:
     (["serve.adapters_path={tmp}/rank32", "serve.max_lora_rank=16"], "has rank 32 > serve.max_lora_rank=16"),
     (["serve.adapters_path=http://example.com/a"], "a local folder or one of s3://"),
     (["serve.print_config={tmp}/out", "serve.adapters_path={tmp}/rank32"], "a cluster reads adapters from remote"),
+    (["serve.adapters_path={tmp}/rank32", "serve.ray_address=auto"], "the replicas of a cluster"),
     (["serve.model_id=a:b"], "hold no ':'"),
     (["serve.port=0"], "serve.port=0: must be in 1..65535"),
     (["serve.replicas=0"], "serve.replicas=0 must be >= 1"),
