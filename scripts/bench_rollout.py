@@ -90,7 +90,7 @@ def compare(engine: EngineWorker, processor: PolicyProcessor, n_tasks: int, n_sa
     Returns {side: (seconds, episodes, generated tokens)} and rlfw's episodes.
     """
     env_cfg = env_config(max_turns)
-    make_env = make_env_fn(env_cfg)
+    make_env = make_env_fn(env_cfg, processor.crop_px)  # the observations the policy reads
     envs = [make_env() for _ in range(n_tasks * n_samples)]
     tasks = [Task(seed=10**6 + i) for i in range(n_tasks)]
     params = SamplingParams(temperature=1.0, max_new_tokens=env_cfg.max_new_tokens)

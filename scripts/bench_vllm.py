@@ -53,7 +53,10 @@ def _episodes(engine, path: str, tasks, n, params, max_turns):
     import envs  # noqa: F401
 
     processor = PolicyProcessor.from_pretrained(path)
-    env_list = [gym.make("rlfw/Maze2D-v0", cell_px=8, max_turns=max_turns) for _ in range(len(tasks) * n)]
+    from envs.wrappers import CropImage
+
+    env_list = [CropImage(gym.make("rlfw/Maze2D-v0", cell_px=8, max_turns=max_turns), processor.crop_px)
+                for _ in range(len(tasks) * n)]
     t = time.perf_counter()
     eps = collect(engine, processor, env_list, tasks, n, params, LoopLimits(max_turns, 4, 8192))
     return eps, time.perf_counter() - t
