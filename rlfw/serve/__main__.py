@@ -90,14 +90,14 @@ def run_serve(cfg: ServeRunConfig) -> None:
     from ray import serve
     from ray.serve.llm import build_openai_app
 
-    from rlfw.serve.adapters import LoopbackS3, apply_env, is_remote
+    from rlfw.serve.adapters import LoopbackS3, is_remote
     from rlfw.serve.app import builder_args, model_id_of
 
     store, url, env = None, s.adapters_path, {}
     if url and not is_remote(url):
         store = LoopbackS3(url).start()
         url, env = store.url, store.env
-        apply_env(env)  # before Ray starts, so every Ray worker inherits it
+        os.environ.update(env)  # before Ray starts, so every Ray worker inherits it
         print(f"rlfw.serve: adapters of {s.adapters_path} served to Ray as {url} from {store.endpoint}", flush=True)
     api_key = os.environ.get(s.api_key_env) or None
     stop = []

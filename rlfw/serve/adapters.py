@@ -15,7 +15,6 @@ adapters to a bucket, and gives the environment that points boto3 (Ray's S3 read
 from __future__ import annotations
 
 import json
-import os
 import re
 from pathlib import Path
 
@@ -67,8 +66,7 @@ def export_adapter(src: str | Path, dst_prefix: str, name: str, base_id: str,
     dst = f"{dst_prefix.rstrip('/')}/{name}"
     fs, root = fsspec.core.url_to_fs(dst, **(storage_options or {}))
     fs.makedirs(root, exist_ok=True)
-    with fs.open(f"{root}/adapter_model.safetensors" if weights[0].endswith("safetensors") else f"{root}/{weights[0]}",
-                 "wb") as f:
+    with fs.open(f"{root}/{weights[0]}", "wb") as f:
         f.write((src / weights[0]).read_bytes())
     with fs.open(f"{root}/adapter_config.json", "w") as f:  # last: a folder with a config is complete
         f.write(json.dumps(info, indent=2))
@@ -124,8 +122,3 @@ class LoopbackS3:
 
     def stop(self) -> None:
         self.server.stop()
-
-
-def apply_env(env: dict[str, str]) -> None:
-    """Set `env` in this process, so the Ray instance started next (and its workers) inherit it."""
-    os.environ.update(env)
