@@ -95,7 +95,7 @@ class AlgoConfig:
     oracle_coef: float = 0.0
     """Weight of a DAgger-style term (0 = off; `rlfw.rollout.oracle`): each mini-batch's loss adds
     oracle_coef times the mean negative log-likelihood, per token, of the oracle's action + EOS
-    after the turn's own prompt (built like `rlfw.sft.to_segment`) over its labelled turns (see
+    after the turn's own prompt (built like `rlfw.rollout.demos.to_segment`) over its labelled turns (see
     oracle_states). Labels are the env's best_action() at the state the policy saw, so the env
     needs one. Needs env.history=none. Logged: policy/oracle_loss, train/oracle_states (labelled
     turns used), train/oracle_disagreement (share of turns whose move was not the oracle's)."""
@@ -104,6 +104,14 @@ class AlgoConfig:
     an invalid reply counts), first_error (only each episode's first such turn: the state where a
     greedy policy leaves the path; the cheapest) or all (every visited turn; one more forward pass
     per turn)."""
+    oracle_fresh_states: int = 0
+    """Also label this many states of fresh training mazes per step and add them to the oracle
+    term beside the visited ones (0 = off; needs oracle_coef > 0): rlfw.sft's all_squares states
+    (a random open square after one random move, or a start state; `rlfw.rollout.demos`), spread
+    evenly over the step's groups so each mini-batch gets its share, and drawn from (seed, step)
+    so a resumed run repeats them. The coverage continued SFT has, at one forward-backward each;
+    beside oracle_states it tells whether the policy's own states add weight where it errs or
+    only coverage. Logged: train/oracle_fresh_states."""
     restart_fraction: float = 0.0
     """Share of each rollout round's groups started not from a fresh maze but from the state just
     before the first wrong move (action != the oracle's) of a recent training episode, with that
@@ -320,6 +328,11 @@ class LoggerConfig:
 class TrainerConfig:
     total_steps: int = 20
     """Training steps (one rollout batch and its updates each)."""
+    max_minutes: Optional[float] = None
+    """Stop after the first step that ends past this much wall time (timing/elapsed_min, which runs on
+    across resumes); that step is then the last: its evaluation (held-out included), checkpoint and
+    export follow. The LR schedule still spans total_steps. None runs all steps. For comparisons at
+    equal time, e.g. beside continued SFT (sft.max_minutes)."""
     eval_interval: int = 5
     """Evaluate every this many steps (and before training); 0 disables."""
     eval_before_train: bool = True

@@ -18,87 +18,20 @@ import copy
 import json
 import time
 from pathlib import Path
-from typing import Callable
 
 import hydra
-import numpy as np
 import torch
 from omegaconf import DictConfig, OmegaConf
 
 from rlfw.config import SFTRunConfig, register_configs
 from rlfw.validation import validate_sft
 from rlfw.models.processing import PolicyProcessor
-from rlfw.rollout.agent_loop import LoopLimits, turn_message
+from rlfw.rollout.agent_loop import LoopLimits
+from rlfw.rollout.demos import DemoSampler, to_segment
 from rlfw.rollout.types import Segment
 from rlfw.schedule import lr_factor
 
 register_configs()
-
-
-class DemoSampler:
-    """Oracle-labelled states from fresh training mazes, as (image, task text, feedback, action)."""
-
-    def __init__(self, make_env, seed: int, mode: str, noise: float, allowed: Callable[[int], bool] | None = None):
-        from envs.eval_sets import TRAIN_SEEDS
-
-        self.env = make_env()
-        self.rng = np.random.default_rng(seed)
-        self.seeds = TRAIN_SEEDS
-        self.mode, self.noise, self.allowed = mode, noise, allowed
-        self.n_moves = len(self.env.unwrapped.action_strings) - 1  # the last action is stop
-
-    def _seed(self) -> int:
-        """A training seed whose maze is not an evaluation maze (`allowed`, see rlfw.build.training_filter)."""
-        while True:
-            seed = int(self.rng.integers(self.seeds.start, self.seeds.stop))
-            if self.allowed is None or self.allowed(seed):
-                return seed
-
-    def _label(self, obs: dict, task: str, feedback: str) -> tuple:
-        return obs["image"], task, feedback, self.env.unwrapped.best_action()
-
-    def _all_squares(self) -> tuple:
-        """A random open square (its genuine feedback from one random move), or the start state."""
-        env, u = self.env, self.env.unwrapped
-        obs, _ = env.reset(seed=self._seed())
-        task = obs["text"]
-        record = u.layout()
-        if self.rng.random() < 1 / 6:
-            return self._label(obs, task, "")
-        open_cells = [(r, c) for r, row in enumerate(record["grid"]) for c, ch in enumerate(row) if ch == "."]
-        r, c = open_cells[self.rng.integers(len(open_cells))]
-        env.reset(options={"layout": {**record, "agent": [r, c]}})
-        obs = env.step(u.action_strings[self.rng.integers(self.n_moves)])[0]
-        return self._label(obs, task, obs["text"])
-
-    def _oracle_path(self, n: int) -> list[tuple]:
-        env, u = self.env, self.env.unwrapped
-        out: list[tuple] = []
-        while len(out) < n:
-            obs, _ = env.reset(seed=self._seed())
-            task, feedback = obs["text"], ""
-            for _ in range(u.max_turns):
-                out.append(self._label(obs, task, feedback))
-                off_path = self.rng.random() < self.noise
-                action = u.action_strings[self.rng.integers(self.n_moves)] if off_path else u.best_action()
-                obs, _, terminated, truncated, _ = env.step(action)
-                feedback = obs["text"]
-                if terminated or truncated:
-                    break
-        idx = self.rng.permutation(len(out))[:n]
-        return [out[i] for i in idx]
-
-    def sample(self, n: int) -> list[tuple]:
-        if self.mode == "oracle_path":
-            return self._oracle_path(n)
-        return [self._all_squares() for _ in range(n)]
-
-
-def to_segment(processor: PolicyProcessor, image, task: str, feedback: str, action: str) -> Segment:
-    prompt = processor.encode_message(turn_message(task, feedback), [image]) + processor.generation_prompt_ids
-    answer = processor.tokenizer.encode(action, add_special_tokens=False) + [processor.eos_token_id]
-    ids = prompt + answer
-    return Segment(ids, [0] * len(prompt) + [1] * len(answer), [0.0] * len(ids), [image])
 
 
 def sft_loss(model, processor: PolicyProcessor, segments: list[Segment]):

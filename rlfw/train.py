@@ -27,10 +27,11 @@ from rlfw.config import AlgoConfig, Config
 from rlfw.evaluate import episode_metrics, evaluate, evaluation_images
 from rlfw.models.processing import PolicyProcessor
 from rlfw.rollout.agent_loop import LoopLimits, collect
+from rlfw.rollout.demos import DemoSampler, to_segment
 from rlfw.rollout.engine import EngineFailure
 from rlfw.rollout.oracle import oracle_metrics, oracle_targets
 from rlfw.rollout.restarts import StartStates
-from rlfw.rollout.types import Episode, Prompt, SamplingParams, Task, TrainBatch, prompt_key
+from rlfw.rollout.types import Episode, Prompt, SamplingParams, Segment, Task, TrainBatch, prompt_key
 
 
 def step_seed(seed: int, step: int, round_: int = 0) -> int:
@@ -103,11 +104,12 @@ def rewards_and_groups(episodes: list[Episode]) -> tuple[torch.Tensor, torch.Ten
 
 
 def train_batch(episodes: list[Episode], advantages: torch.Tensor, algo: AlgoConfig,
-                processor: PolicyProcessor | None = None) -> TrainBatch:
+                processor: PolicyProcessor | None = None, fresh: list[Segment] = ()) -> TrainBatch:
     """Every segment of every episode, with its advantage and group: the episode's advantage, plus
     `algo.step_advantage_weight` times the GiGPO step-level advantage of the turn when it is on
     (normalised by the same estimator as the episode's); with `algo.oracle_coef > 0`, the oracle
-    segments of the turns `algo.oracle_states` chooses (`rlfw.rollout.oracle`; needs `processor`)."""
+    segments of the turns `algo.oracle_states` chooses (`rlfw.rollout.oracle`; needs `processor`),
+    then the `fresh` oracle segments (`algo.oracle_fresh_states`), dealt to the groups in turn."""
     batch = TrainBatch([], [], [])
     for e, a in zip(episodes, advantages.tolist()):
         batch.segments += e.segments
@@ -118,7 +120,15 @@ def train_batch(episodes: list[Episode], advantages: torch.Tensor, algo: AlgoCon
         batch.advantages = [a + algo.step_advantage_weight * s for a, s in zip(batch.advantages, step.tolist())]
     if algo.oracle_coef > 0:
         batch.oracle, batch.oracle_groups = oracle_targets(episodes, processor, algo.oracle_states)
+        groups = sorted({e.group_id for e in episodes})
+        batch.oracle += fresh
+        batch.oracle_groups += [groups[i % len(groups)] for i in range(len(fresh))]
     return batch
+
+
+def fresh_segments(demos: DemoSampler | None, processor: PolicyProcessor, n: int, seed: int) -> list[Segment]:
+    """`algo.oracle_fresh_states`: `n` oracle-labelled states of fresh training mazes, drawn from `seed`."""
+    return [to_segment(processor, *state) for state in demos.sample(n, seed)] if demos and n else []
 
 
 def turn_returns(episodes: list[Episode], gamma: float) -> tuple[torch.Tensor, torch.Tensor]:
@@ -172,10 +182,12 @@ def train(cfg: Config, out_dir: Path, model_path: str, policy, engine, logger) -
     envs = [make_env() for _ in range(max(a.tasks_per_step * a.n_samples_per_prompt,
                                           *(len(tasks) for tasks, _ in [*sets.values(), heldout or ([], None)])))]
 
+    last = t.total_steps  # the final step: total_steps, or the one that ends past trainer.max_minutes
+
     def run_eval(step: int) -> None:
         t0 = time.perf_counter()
         chosen = dict(sets)
-        if heldout and (step == 0 or step == t.total_steps):
+        if heldout and (step == 0 or step == last):
             chosen["heldout"] = heldout
         metrics, every_time = {}, []
         for name, (tasks, layouts) in chosen.items():
@@ -200,6 +212,7 @@ def train(cfg: Config, out_dir: Path, model_path: str, policy, engine, logger) -
     start, state = resume(cfg, store, policy, logger)
     started = time.perf_counter() - 60 * state.get("elapsed_min", 0.0)  # timing/elapsed_min runs on across resumes
     starts = start_states(cfg, make_env, allowed)
+    demos = DemoSampler(make_env, cfg.seed, "all_squares", 0.0, allowed) if a.oracle_fresh_states else None
     starts.load_state_dict(state.get("restarts"))
 
     def elapsed_min() -> float:
@@ -227,7 +240,8 @@ def train(cfg: Config, out_dir: Path, model_path: str, policy, engine, logger) -
             adv = adv_fn(rewards, groups)
             t0 = time.perf_counter()
             engine.sleep()
-            batch = train_batch(episodes, adv, cfg.algo, processor)
+            fresh = fresh_segments(demos, processor, a.oracle_fresh_states, step_seed(cfg.seed, step, 98))
+            batch = train_batch(episodes, adv, cfg.algo, processor, fresh)
             stats = policy.update(batch, step, seed=step_seed(cfg.seed, step, 99))
             engine.wake_up()
             if stats["nonfinite"] or not np.isfinite(stats["loss"]):  # before anything is published
@@ -241,6 +255,8 @@ def train(cfg: Config, out_dir: Path, model_path: str, policy, engine, logger) -
             metrics.update({f"policy/{k}": v for k, v in stats.items()})
             metrics.update(episode_metrics(episodes, "train"))
             metrics.update(oracle_metrics(episodes, len(batch.oracle)))
+            if fresh:
+                metrics["train/oracle_fresh_states"] = len(fresh)
             metrics.update({"train/success_rate": metrics.pop("train/pass_at_1"),
                             "train/advantage_abs_mean": float(adv.abs().mean()), "train/episodes": len(episodes),
                             "train/generated_tokens": sum(e.generated_tokens for e in episodes),
@@ -250,13 +266,19 @@ def train(cfg: Config, out_dir: Path, model_path: str, policy, engine, logger) -
         metrics["memory/trainer_peak_rss_mb"] = policy.peak_rss_mb()
         metrics["memory/engine_peak_rss_mb"] = max(engine.peak_rss_mb())
         logger.log(step, metrics)
-        if t.eval_interval and (step % t.eval_interval == 0 or step == t.total_steps):
+        if t.max_minutes is not None and elapsed_min() >= t.max_minutes and step < last:
+            logger.message(f"step {step}: {elapsed_min():.1f} min, past trainer.max_minutes={t.max_minutes}; "
+                           "this step is the last")
+            last = step
+        if t.eval_interval and (step % t.eval_interval == 0 or step == last):
             run_eval(step)
-        if t.ckpt_interval and (step % t.ckpt_interval == 0 or step == t.total_steps):
+        if t.ckpt_interval and (step % t.ckpt_interval == 0 or step == last):
             t0 = time.perf_counter()
             store.save(step, policy, cfg, t.max_ckpts_to_keep, elapsed_min(), {"restarts": starts.state_dict()})
             logger.log(step, {"timing/checkpoint": time.perf_counter() - t0})
-        if t.hf_save_interval and (step % t.hf_save_interval == 0 or step == t.total_steps):
+        if t.hf_save_interval and (step % t.hf_save_interval == 0 or step == last):
             exports.save(step, policy, t.max_exports_to_keep)
         logger.progress(step)
+        if step == last:
+            break
     return dict(logger.last)

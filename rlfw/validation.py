@@ -68,6 +68,9 @@ def _oracle_errors(cfg: Config) -> list[str]:
     errs = _choice(a.oracle_states, sorted(ORACLE_STATES), "algo.oracle_states")
     if a.oracle_coef < 0:
         errs.append(f"algo.oracle_coef={a.oracle_coef} must be >= 0 (0 turns the oracle term off)")
+    if a.oracle_fresh_states < 0 or (a.oracle_fresh_states > 0 and a.oracle_coef == 0):
+        errs.append(f"algo.oracle_fresh_states={a.oracle_fresh_states} must be >= 0, and > 0 only with "
+                    f"algo.oracle_coef > 0 (it adds states to the oracle term; got oracle_coef={a.oracle_coef})")
     if not 0 <= a.restart_fraction <= 1:
         errs.append(f"algo.restart_fraction={a.restart_fraction} must be in [0, 1] (0 turns restarts off)")
     if a.restart_buffer_size < 1:
@@ -75,6 +78,8 @@ def _oracle_errors(cfg: Config) -> list[str]:
     wanted = []  # (setting, env methods it needs)
     if a.oracle_coef > 0:
         wanted.append((f"algo.oracle_coef={a.oracle_coef}", ["best_action"]))
+    if a.oracle_fresh_states > 0:
+        wanted.append((f"algo.oracle_fresh_states={a.oracle_fresh_states}", ["best_action", "layout"]))
     if a.restart_fraction > 0:
         wanted.append((f"algo.restart_fraction={a.restart_fraction}", ["best_action", "layout"]))
     if wanted and e.history == "full":
@@ -151,6 +156,8 @@ def validate(cfg: Config, environment: bool = True) -> None:
                      ("cluster.max_trainer_restarts", c.max_trainer_restarts)]:
         if val < 0:
             errs.append(f"{key}={val} must be >= 0")
+    if cfg.trainer.max_minutes is not None and cfg.trainer.max_minutes <= 0:
+        errs.append(f"trainer.max_minutes={cfg.trainer.max_minutes} must be > 0 (or null for no time limit)")
     if a.lr <= 0:
         errs.append(f"algo.lr={a.lr} must be > 0")
     if a.warmup_steps < 0 or not 0 <= a.min_lr_ratio <= 1:

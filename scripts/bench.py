@@ -120,7 +120,7 @@ def rollout(args, path: Path) -> str:
 # -- 3. training ------------------------------------------------------------------------------------
 def training_segments(path: Path, n: int):
     """Real training turns: maze states (every open square) with their BFS-best move as the reply."""
-    from rlfw.sft import DemoSampler, to_segment
+    from rlfw.rollout.demos import DemoSampler, to_segment
 
     env_cfg = MazeEnvConfig(name="maze", id="rlfw/Maze2D-v0", max_turns=20, cell_px=8)
     processor = PolicyProcessor.from_pretrained(path)

@@ -25,7 +25,8 @@ sys.path.insert(0, str(ROOT))
 from rlfw.build import build_policy_model, make_env_fn  # noqa: E402
 from rlfw.config import LoraConfig, MazeEnvConfig, ModelConfig  # noqa: E402
 from rlfw.rollout.types import Segment  # noqa: E402
-from rlfw.sft import DemoSampler, sft_loss, to_segment  # noqa: E402
+from rlfw.rollout.demos import DemoSampler, to_segment  # noqa: E402
+from rlfw.sft import sft_loss  # noqa: E402
 
 SHIPPED = ROOT / "checkpoints" / "tiny_vl_maze_sft"
 

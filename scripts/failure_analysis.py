@@ -69,7 +69,7 @@ def move_prob(model, processor, obs: dict, task: str, feedback: str, action: str
     """The policy's probability of replying `action` (its text, then end of turn) to the turn the
     rollout shows it with history none: the current image, the task text, the last feedback."""
     from rlfw.policy import sequence_logprobs
-    from rlfw.sft import to_segment
+    from rlfw.rollout.demos import to_segment
 
     from envs.wrappers import crop_image
 

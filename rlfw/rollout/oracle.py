@@ -6,7 +6,7 @@ can: the agent loop records, at every turn, the env's `best_action()` at the sta
 (`Episode.oracle_actions`, taken before the env steps) beside the action the env parsed from the
 reply (`Episode.parsed_actions`). `oracle_targets` turns the turns that `algo.oracle_states`
 chooses (`ORACLE_STATES`) into training segments: the turn's own prompt tokens, then the oracle's
-action and EOS as the only loss tokens, as `rlfw.sft.to_segment` builds a demonstration. The update
+action and EOS as the only loss tokens, as `rlfw.rollout.demos.to_segment` builds a demonstration. The update
 (`rlfw.policy.PolicyTrainer`) adds `oracle_coef` times their mean token negative log-likelihood.
 
 This is DAgger (Ross et al. 2011) on the policy's own states, with two deviations: no aggregation
@@ -42,7 +42,7 @@ labelled turn."""
 
 
 def answer_segment(processor, prompt_ids: list[int], images: Sequence[np.ndarray], action: str) -> Segment:
-    """`prompt_ids` followed by `action` and EOS, which alone carry loss (`rlfw.sft.to_segment`'s layout)."""
+    """`prompt_ids` followed by `action` and EOS, which alone carry loss (`rlfw.rollout.demos.to_segment`'s layout)."""
     answer = processor.tokenizer.encode(action, add_special_tokens=False) + [processor.eos_token_id]
     ids = list(prompt_ids) + answer
     return Segment(ids, [0] * len(prompt_ids) + [1] * len(answer), [0.0] * len(ids), list(images))

@@ -84,6 +84,7 @@ def test_wrong_type_fails_at_compose():
         (["cluster.engine_backend=vllm", "cluster.vllm.tensor_parallel_size=2"], "needs cluster.gpus_per_worker >= 2"),
         (["trainer.resume_mode=from_path"], "trainer.resume_path"),
         (["cluster.max_trainer_restarts=-1"], "cluster.max_trainer_restarts=-1"),
+        (["trainer.max_minutes=0"], "trainer.max_minutes=0"),
         (["algo=gigpo", "env.history=full"], "needs env.history=none"),
         (["algo.module=rlfw_no_such_module"], "algo.module='rlfw_no_such_module' could not be imported"),
     ],

@@ -13,7 +13,7 @@ from rlfw.config import AlgoConfig, EnvConfig, repo_root
 from rlfw.distributed.workers import PolicyWorker
 from rlfw.rollout.oracle import oracle_targets
 from rlfw.rollout.types import Task
-from rlfw.sft import to_segment
+from rlfw.rollout.demos import to_segment
 from rlfw.rollout.types import segment_key
 from rlfw.train import train_batch
 from rlfw.validation import ConfigError, validate

@@ -7,7 +7,8 @@ import pytest
 
 from rlfw.config import (LoggerConfig, LoraConfig, MazeEnvConfig, ModelConfig, SFTConfig, SFTRunConfig, TinyVLSpec,
                          WandbConfig)
-from rlfw.sft import DemoSampler, run_sft, to_segment
+from rlfw.rollout.demos import DemoSampler, to_segment
+from rlfw.sft import run_sft
 
 
 def _cfg(tmp_path, **sft) -> SFTRunConfig:

@@ -57,3 +57,19 @@ def test_eval_all_means_the_same_sets_at_every_evaluation(tmp_path):
             assert r[f"eval/all/{metric}"] == r[f"eval/maze/{metric}"], (r["step"], metric)
     # the held-out set scores differently, so a mix of both would have shown
     assert evals[0]["eval/heldout/pass_at_1"] != evals[0]["eval/maze/pass_at_1"]
+
+
+def test_max_minutes_makes_the_step_that_passes_it_the_last(tmp_path):
+    """A limit that step 1 already passes: step 1 is evaluated (held-out too), checkpointed and
+    exported as the last step, and step 2 of the 5 never runs."""
+    out = tmp_path / "run"
+    cfg = compose_config(out, "experiment=debug", "trainer.total_steps=5", "trainer.eval_interval=4",
+                         "trainer.heldout_eval_size=4", "trainer.ckpt_interval=4", "trainer.hf_save_interval=4",
+                         "trainer.max_minutes=0.0001", "trainer.eval_save_episodes=0")
+    train_in_process(cfg)
+    rows = _rows(out)
+    assert max(r["step"] for r in rows) == 1
+    assert [r["step"] for r in rows if "eval/heldout/pass_at_1" in r] == [0, 1]
+    assert [p.name for p in (out / "checkpoints").glob("global_step_*")] == ["global_step_1"]
+    assert [p.name for p in (out / "exports").iterdir()] == ["global_step_1"]
+    assert "past trainer.max_minutes=0.0001; this step is the last" in (out / "run.log").read_text()

@@ -3,7 +3,7 @@ only about 10^5 mazes), so SFT and GRPO skip every layout in `envs.eval_sets.res
 
 from rlfw.build import make_env_fn, training_filter
 from rlfw.config import MazeEnvConfig
-from rlfw.sft import DemoSampler
+from rlfw.rollout.demos import DemoSampler
 from rlfw.train import training_tasks
 
 EVAL64_TWIN = 1008444   # a training seed whose maze is one of eval64's
