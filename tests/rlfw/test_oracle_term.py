@@ -202,8 +202,8 @@ def test_a_run_with_the_oracle_term_logs_it(tmp_path):
 def test_the_dagger_preset_is_maze_from_sft_with_the_oracle_term(tmp_path):
     base = compose_config(tmp_path, "experiment=maze_from_sft")
     dagger = compose_config(tmp_path, "experiment=maze_from_sft_dagger")
-    assert base.algo.oracle_coef == 0 and dagger.algo.oracle_coef > 0 and dagger.algo.oracle_states == "errors"
-    dagger.algo.oracle_coef = 0.0
+    assert base.algo.oracle_coef == 0 and dagger.algo.oracle_coef > 0 and dagger.algo.oracle_states == "first_error"
+    dagger.algo.oracle_coef, dagger.algo.oracle_states = 0.0, base.algo.oracle_states
     assert dagger == base
 
 
