@@ -128,7 +128,7 @@ def train_batch(episodes: list[Episode], advantages: torch.Tensor, algo: AlgoCon
 
 def fresh_segments(demos: DemoSampler | None, processor: PolicyProcessor, n: int, seed: int) -> list[Segment]:
     """`algo.oracle_fresh_states`: `n` oracle-labelled states of fresh training mazes, drawn from `seed`."""
-    return [to_segment(processor, *state) for state in demos.sample(n, seed)] if demos and n else []
+    return [to_segment(processor, *state) for state in demos.sample(n, seed)] if demos else []
 
 
 def turn_returns(episodes: list[Episode], gamma: float) -> tuple[torch.Tensor, torch.Tensor]:

@@ -14,6 +14,7 @@ import numpy as np
 
 from rlfw.models.processing import PolicyProcessor
 from rlfw.rollout.agent_loop import turn_message
+from rlfw.rollout.oracle import answer_segment
 from rlfw.rollout.types import Segment
 
 
@@ -84,6 +85,4 @@ def to_segment(processor: PolicyProcessor, image, task: str, feedback: str, acti
     """One labelled state as a training segment: the rollout's user turn for it (`history=none`),
     the generation prompt, then `action` and EOS, which alone carry loss."""
     prompt = processor.encode_message(turn_message(task, feedback), [image]) + processor.generation_prompt_ids
-    answer = processor.tokenizer.encode(action, add_special_tokens=False) + [processor.eos_token_id]
-    ids = prompt + answer
-    return Segment(ids, [0] * len(prompt) + [1] * len(answer), [0.0] * len(ids), [image])
+    return answer_segment(processor, prompt, [image], action)
