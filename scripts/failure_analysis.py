@@ -56,6 +56,9 @@ def load_policy_for_scoring(path: Path, base: str | None):
     processor_from = path if (path / "preprocessor_config.json").exists() else base
     if base is None and (adapter or processor_from is None):
         raise SystemExit(f"{path} needs the run's base model, and the run's model.path is not set")
+    if (adapter or processor_from == base) and Path(base).is_absolute() and not Path(base).is_dir():
+        raise SystemExit(f"{path} needs the run's base model {base}, which is not there (moved or "
+                         "deleted?): give its folder with --base")
     processor = PolicyProcessor.from_pretrained(processor_from)
     model = AutoModelForImageTextToText.from_pretrained(str(base if adapter else path), dtype=torch.float32)
     if adapter:
@@ -142,6 +145,8 @@ def main() -> None:
     ap.add_argument("--policy", type=Path, help="the policy that played the chosen steps' episodes (a model "
                     "folder, or an adapter folder such as <run>/lora_sync/vN): also report how sure it was "
                     "where it went wrong")
+    ap.add_argument("--base", help="with --policy: the base model folder, where the run's model.path "
+                    "has moved since (default: the run's model.path)")
     args = ap.parse_args()
     if args.policy and (not args.steps or len(args.steps) != 1):
         ap.error("--policy scores one evaluation's episodes: give the step it played with --steps N")
@@ -152,7 +157,7 @@ def main() -> None:
     env_cfg = cfg.env
     policy = None
     if args.policy:
-        policy = load_policy_for_scoring(args.policy, cfg.model.path)
+        policy = load_policy_for_scoring(args.policy, args.base or cfg.model.path)
         policy[0].eval()
     env = make_env_fn(env_cfg)().unwrapped
     saved = sorted(int(p.name.split("_")[1]) for p in (args.run / "eval").glob("step_*"))

@@ -183,3 +183,17 @@ def test_policy_folders_load_as_the_trainer_wrote_them(tmp_path):
             want = fa.move_prob(model, processor, obs, obs["text"], "", action)
             got = fa.move_prob(loaded, loaded_processor, obs, obs["text"], "", action)
             assert abs(want - got) < 1e-5, (rank, action, want, got)
+
+
+def test_a_moved_base_model_is_refused_by_name_before_loading(tmp_path):
+    """An adapter whose run's model.path no longer exists: the message names the path and --base,
+    rather than a hub error about a repo id."""
+    import pytest
+
+    adapter = tmp_path / "lora_sync" / "v220"
+    adapter.mkdir(parents=True)
+    (adapter / "adapter_config.json").write_text("{}")
+    gone = str(tmp_path / "worktree" / "checkpoints" / "tiny_vl_maze_sft")
+    with pytest.raises(SystemExit, match="--base") as exc:
+        fa.load_policy_for_scoring(adapter, gone)
+    assert gone in str(exc.value)
