@@ -4,6 +4,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -15,6 +17,7 @@ def test_bench_rollout_smoke():
     assert "| batched generate | per-episode generate | rlfw / batched | rlfw / per-episode |" in proc.stdout
 
 
+@pytest.mark.slow  # about a minute: every section of bench.py; the sections' own smokes stay in the default run
 def test_bench_smoke_writes_every_section(tmp_path):
     """scripts/bench.py: machine limit, rollout, training (TRL and memory have their own tests:
     test_bench_trl.py, and the end-to-end run's memory metrics)."""
