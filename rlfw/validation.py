@@ -225,7 +225,7 @@ def validate_sft(cfg: SFTRunConfig) -> None:
         raise ConfigError("invalid config:\n  - " + "\n  - ".join(errs))
 
 
-def _model_folder_errors(path: str | None, key: str) -> list[str]:
+def model_folder_errors(path: str | None, key: str) -> list[str]:
     """A local model folder must exist and hold config.json; 'org/name' (no such local path) is a hub id."""
     from pathlib import Path
 
@@ -306,7 +306,7 @@ def validate_eval(cfg: EvalRunConfig) -> None:
             errs.append(f"eval.concurrency={v.concurrency}: must be >= 1")
     elif v.model is not None:
         errs.append(f"eval.model={v.model!r} names a served model, but eval.base_url is not set")
-    errs += _model_folder_errors(cfg.model.path, "model.path")
+    errs += model_folder_errors(cfg.model.path, "model.path")
     errs += _adapter_errors(v.adapter)
     sets = eval_set_names(v)
     for name in sets:
@@ -362,7 +362,7 @@ def validate_serve(cfg) -> None:
         errs.append("model.path is not set: serve a model folder (e.g. checkpoints/tiny_vl_maze_sft or an rlfw.sft "
                     "checkpoint); a random-init model is not worth serving")
     elif not s.print_config:
-        errs += _model_folder_errors(cfg.model.path, "model.path")
+        errs += model_folder_errors(cfg.model.path, "model.path")
     if s.model_id is not None and (":" in s.model_id or not s.model_id.strip()):
         errs.append(f"serve.model_id={s.model_id!r}: must be non-empty and hold no ':' (it separates adapter names)")
     if s.adapters_path:

@@ -51,14 +51,15 @@ def load_policy_for_scoring(path: Path, base: str | None):
     from transformers import AutoModelForImageTextToText
 
     from rlfw.models.processing import PolicyProcessor
+    from rlfw.validation import model_folder_errors
 
     adapter = (path / "adapter_config.json").exists()
     processor_from = path if (path / "preprocessor_config.json").exists() else base
     if base is None and (adapter or processor_from is None):
         raise SystemExit(f"{path} needs the run's base model, and the run's model.path is not set")
-    if (adapter or processor_from == base) and Path(base).is_absolute() and not Path(base).is_dir():
-        raise SystemExit(f"{path} needs the run's base model {base}, which is not there (moved or "
-                         "deleted?): give its folder with --base")
+    if (adapter or processor_from == base) and (errs := model_folder_errors(base, "the run's model.path")):
+        raise SystemExit(f"{path} needs the run's base model, and {errs[0]} (moved or deleted?): "
+                         "give its folder with --base")
     processor = PolicyProcessor.from_pretrained(processor_from)
     model = AutoModelForImageTextToText.from_pretrained(str(base if adapter else path), dtype=torch.float32)
     if adapter:
