@@ -14,8 +14,6 @@ and on `eval64`, through the same `rlfw.evaluate` as RL. The result is a Hugging
 
 from __future__ import annotations
 
-import copy
-import json
 import time
 from pathlib import Path
 
@@ -44,16 +42,11 @@ def sft_loss(model, processor: PolicyProcessor, segments: list[Segment]):
 
 
 def save_checkpoint(model, processor: PolicyProcessor, path: Path, info: dict) -> None:
-    """Write an HF folder (LoRA merged into a copy) through `rlfw.storage.atomic_dir`, so a crash
-    never leaves half a checkpoint."""
-    from rlfw.storage import LOCAL, atomic_dir
+    """An SFT checkpoint: a model folder (LoRA merged into a copy) with its record in rlfw_sft.json,
+    written whole or not at all, so a crash never leaves half a checkpoint."""
+    from rlfw.models import save_model_folder
 
-    # merge LoRA into a copy: merge_and_unload would strip the adapter from the model still training
-    to_save = copy.deepcopy(model).merge_and_unload() if hasattr(model, "merge_and_unload") else model
-    with atomic_dir(LOCAL, str(path)) as staging:
-        to_save.save_pretrained(staging)
-        processor.save_pretrained(staging)
-        (Path(staging) / "rlfw_sft.json").write_text(json.dumps(info, indent=2))
+    save_model_folder(model, processor, path, "rlfw_sft.json", info)
 
 
 def run_sft(cfg: SFTRunConfig) -> dict:

@@ -19,6 +19,23 @@ def load_policy(path: str | Path, dtype: str = "float32") -> tuple[torch.nn.Modu
     return model, PolicyProcessor.from_pretrained(path)
 
 
+def save_model_folder(model: torch.nn.Module, processor: PolicyProcessor, path: str | Path,
+                      record_file: str, record: dict) -> None:
+    """Write a model folder that `load_policy` (and so `model.path=`) takes as it is: the weights, a
+    LoRA adapter merged into a copy (so `model`, possibly still training, keeps its adapter), the
+    processor, and `record` as JSON in `record_file`. Whole or not at all (`rlfw.storage.atomic_dir`)."""
+    import copy
+    import json
+
+    from rlfw.storage import LOCAL, atomic_dir
+
+    to_save = copy.deepcopy(model).merge_and_unload() if hasattr(model, "merge_and_unload") else model
+    with atomic_dir(LOCAL, str(path)) as staging:
+        to_save.save_pretrained(staging)
+        processor.save_pretrained(staging)
+        (Path(staging) / record_file).write_text(json.dumps(record, indent=2))
+
+
 def apply_lora(model: torch.nn.Module, rank: int, alpha: int, dropout: float, target_modules: list[str]):
     """Wrap with a PEFT LoRA adapter; rank 0 returns the model for full fine-tuning."""
     if rank == 0:
