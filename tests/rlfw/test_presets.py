@@ -20,9 +20,11 @@ def _rows(out: Path) -> list[dict]:
     return [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
 
 
-def test_maze_from_sft_preset_runs_two_steps(tmp_path):
+def test_the_main_job_preset_runs_two_steps(tmp_path):
+    """The README's main job, `experiment=maze_from_sft_dagger`: maze_from_sft's settings plus the
+    oracle term (tests/rlfw/test_oracle_term.py checks it differs from maze_from_sft in nothing else)."""
     out = tmp_path / "run"
-    proc = _run("rlfw.run", "experiment=maze_from_sft", "trainer.total_steps=2", "trainer.eval_interval=2",
+    proc = _run("rlfw.run", "experiment=maze_from_sft_dagger", "trainer.total_steps=2", "trainer.eval_interval=2",
                 "trainer.heldout_eval_size=32", "trainer.ckpt_interval=2", "logger=console", f"trainer.output_dir={out}")
     rows = _rows(out)
     start = next(r for r in rows if r["step"] == 0)
@@ -33,6 +35,7 @@ def test_maze_from_sft_preset_runs_two_steps(tmp_path):
     # four mini-batches per step (or fewer if target_kl stopped the step): the preset's settings hold
     assert train[0]["policy/optimizer_steps"] <= 4 and train[-1]["policy/optimizer_steps"] > train[0]["policy/optimizer_steps"]
     assert train[0]["policy/lr"] == 5e-4 and train[1]["policy/lr"] < 5e-4  # cosine from the peak
+    assert all(r["train/oracle_states"] > 0 and r["policy/oracle_loss"] > 0 for r in train)  # the term is on
     assert (out / "checkpoints" / "global_step_2" / "manifest.json").exists()
     assert "| heldout |" in proc.stdout and (out / "pass_at_1.png").exists()
 
