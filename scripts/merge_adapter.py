@@ -65,7 +65,7 @@ def merge(run: Path, step: int, out: Path, base: str | None = None) -> dict:
     if errs := model_folder_errors(base, "the run's model.path"):
         raise SystemExit(f"{errs[0]}: give the base model folder with --base")
     metrics = step_metrics(run, step, cfg.env.name, cfg.env.eval_set)
-    if not metrics:
+    if not any(k.startswith("eval/") for k in metrics):  # a training row's elapsed time is not an evaluation
         raise SystemExit(f"{run / 'metrics.jsonl'} has no evaluation at step {step}: merge a step the run evaluated")
     model, processor = load_policy(base, cfg.model.dtype)
     model = PeftModel.from_pretrained(model, str(adapter))

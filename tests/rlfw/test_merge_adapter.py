@@ -47,6 +47,7 @@ def run(tmp_path_factory) -> Path:
                 p.normal_(0, 0.05)
     save_policy_weights(model, run / "lora_sync", 3)
     rows = [{"step": 0, "eval/maze/pass_at_1": 0.25, "eval/heldout/pass_at_1": 0.2},
+            {"step": 2, "policy/loss": 0.2, "timing/elapsed_min": 1.0},  # a training row, no evaluation
             {"step": 3, "policy/loss": 0.1, "train/reward_mean": 0.5},
             {"step": 3, "eval/maze/pass_at_1": 0.5, "eval/heldout/pass_at_1": 0.375, "timing/elapsed_min": 1.5}]
     (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
