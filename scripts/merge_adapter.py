@@ -31,6 +31,8 @@ def step_metrics(run: Path, step: int, env_name: str, eval_set: str) -> dict:
         if row.get("step") == step:
             merged.update(row)
     metrics = {k: v for k, v in merged.items() if k.startswith("eval/") or k == "timing/elapsed_min"}
+    if any(k.startswith(f"eval/{eval_set}/") for k in metrics):  # e.g. env.eval_set=heldout beside the held-out pass
+        return dict(sorted(metrics.items()))  # renaming would overwrite that set's metrics: keep the run's names
     return {k.replace(f"eval/{env_name}/", f"eval/{eval_set}/", 1): v for k, v in sorted(metrics.items())}
 
 

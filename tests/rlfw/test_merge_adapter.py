@@ -100,3 +100,11 @@ def test_a_step_without_an_adapter_or_an_evaluation_and_a_moved_base_are_refused
     with pytest.raises(SystemExit, match="not an rlfw.run run folder"):
         ma.merge(tmp_path, 3, out)
     assert not out.exists()
+
+
+def test_the_env_set_is_renamed_after_its_eval_set_unless_that_name_is_taken(tmp_path):
+    (tmp_path / "metrics.jsonl").write_text(json.dumps({"step": 1, "eval/maze/pass_at_1": 0.5,
+                                                         "eval/heldout/pass_at_1": 0.25}) + "\n")
+    assert ma.step_metrics(tmp_path, 1, "maze", "eval64") == {"eval/eval64/pass_at_1": 0.5, "eval/heldout/pass_at_1": 0.25}
+    # env.eval_set=heldout beside the held-out pass: renaming would overwrite the held-out score
+    assert ma.step_metrics(tmp_path, 1, "maze", "heldout") == {"eval/maze/pass_at_1": 0.5, "eval/heldout/pass_at_1": 0.25}
