@@ -100,7 +100,7 @@ def build_policy_model(model: ModelConfig, path: str):
     """Load the checkpoint at `path` and wrap it with the configured LoRA (rank 0: full fine-tuning)."""
     from rlfw.models import apply_lora, load_policy
 
-    net, processor = load_policy(path, model.dtype)
+    net, processor = load_policy(path, model.dtype, model.attn_implementation)
     lora = model.lora
     return apply_lora(net, lora.rank, lora.alpha, lora.dropout, lora.target_modules), processor
 

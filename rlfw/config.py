@@ -220,6 +220,16 @@ class ModelConfig:
     """Adapter settings."""
     dtype: str = "float32"
     """Training dtype: float32 or bfloat16."""
+    attn_implementation: Optional[str] = None
+    """transformers' attention kernel for the policy (eager, sdpa, ...); None keeps the checkpoint's
+    (sdpa). eager is faster for tiny_vl on CPU, whose sequences are a hundred tokens and whose vision
+    tower otherwise makes one sdpa call per image (scripts/bench.py, section 3)."""
+    train_autocast: Optional[str] = None
+    """bfloat16: the training forward and backward run under torch.autocast (matmuls in bf16; weights,
+    gradients and AdamW stay in model.dtype). None: plain model.dtype. Generation is not affected."""
+    compile: bool = False
+    """torch.compile the language model for training (dynamic shapes; generation and the vision tower
+    stay eager). The first two training steps pay for it, about 2 minutes for tiny_vl on 2 cores."""
 
 
 @dataclass

@@ -30,6 +30,7 @@ import torch
 from rlfw.algos import aggregate, entropy_from_logits, get_policy_loss, kl_estimate, masked_mean
 from rlfw.config import AlgoConfig, FSDPConfig
 from rlfw.distributed.ranks import Ranks
+from rlfw.models import DTYPES, compile_language_model
 from rlfw.models.processing import PolicyProcessor, collate
 from rlfw.models.weights import save_policy_weights
 from rlfw.rollout.types import Segment, TrainBatch, segment_key
@@ -39,7 +40,7 @@ from rlfw.schedule import lr_factor
 class PolicyTrainer:
     def __init__(self, model: torch.nn.Module, processor: PolicyProcessor, algo: AlgoConfig,
                  total_steps: int, seed: int = 0, device: str = "cpu", ranks: Ranks | None = None,
-                 fsdp: FSDPConfig | None = None):
+                 fsdp: FSDPConfig | None = None, autocast: str | None = None, compile: bool = False):
         self.ranks = ranks or Ranks(device=device)
         self.processor = processor
         self.algo = algo
@@ -53,6 +54,9 @@ class PolicyTrainer:
         if algo.use_kl_loss and not self.is_peft:
             self.ref_model = self.ranks.shard(copy.deepcopy(model).eval().requires_grad_(False), FSDPConfig())
         self.model = self.ranks.shard(model, fsdp or FSDPConfig())
+        if compile:  # model.compile; this model never generates (the engines hold their own copies)
+            compile_language_model(self.model)
+        self.autocast = autocast  # model.train_autocast
         self.names = [n for n, p in self.model.named_parameters() if p.requires_grad]
         self.params = [p for p in self.model.parameters() if p.requires_grad]
         self.optimizer = torch.optim.AdamW(self.params, lr=algo.lr, weight_decay=algo.weight_decay)
@@ -62,7 +66,8 @@ class PolicyTrainer:
 
     # -- forward --------------------------------------------------------------------------------
     def _forward(self, segments: list[Segment], model: torch.nn.Module | None = None, want_entropy: bool = False):
-        return sequence_logprobs(model or self.model, self.processor, segments, want_entropy, self.algo.temperature)
+        return sequence_logprobs(model or self.model, self.processor, segments, want_entropy,
+                                 self.algo.temperature, self.autocast)
 
     @torch.no_grad()
     def logprobs(self, segments: list[Segment], reference: bool = False) -> list[torch.Tensor]:
@@ -290,13 +295,14 @@ class PolicyTrainer:
 
 
 def sequence_logprobs(model: torch.nn.Module, processor: PolicyProcessor, segments: list[Segment],
-                      want_entropy: bool = False, temperature: float = 1.0):
+                      want_entropy: bool = False, temperature: float = 1.0, autocast: str | None = None):
     """Log-probs of each sequence's next tokens under `model`, at the sampling temperature.
 
     Returns logp [B, T-1], the loss mask shifted to match [B, T-1], and the entropy [B, T-1] or None;
     all three are 0 off the loss mask. Logits are computed only where the loss mask is on (the
     generated tokens: a few per turn), never as a [B, T, V] tensor: with Qwen's ~151k vocabulary
-    that tensor would dwarf the model's activations.
+    that tensor would dwarf the model's activations. `autocast` ("bfloat16", model.train_autocast)
+    runs the model's forward (and so its backward) under torch.autocast; the log-softmax is float32.
     """
     p = processor
     device = next(model.parameters()).device
@@ -309,7 +315,8 @@ def sequence_logprobs(model: torch.nn.Module, processor: PolicyProcessor, segmen
         mask[i, : len(s.token_ids) - 1] = torch.tensor(s.loss_mask[1:], dtype=torch.float32)
     mask = mask.to(device)
     keep = torch.cat([mask.bool(), torch.zeros_like(mask[:, :1], dtype=torch.bool)], dim=1)  # [B, T]: predicts a masked token
-    logits = model(**batch, logits_to_keep=keep).logits  # [N, V]: the kept positions, row-major
+    with torch.autocast(device.type, dtype=DTYPES[autocast] if autocast else None, enabled=autocast is not None):
+        logits = model(**batch, logits_to_keep=keep).logits  # [N, V]: the kept positions, row-major
     logits = logits.reshape(-1, logits.shape[-1]).float() / temperature
     on = mask.bool()  # [B, T-1], the same N positions as keep[:, :-1]
     logp = torch.zeros_like(mask)

@@ -32,12 +32,12 @@ from rlfw.schedule import lr_factor
 register_configs()
 
 
-def sft_loss(model, processor: PolicyProcessor, segments: list[Segment]):
+def sft_loss(model, processor: PolicyProcessor, segments: list[Segment], autocast: str | None = None):
     """Mean negative log-likelihood of the supervised (assistant) tokens; also the log-probs [B, T-1]
-    and loss mask [B, T-1] it came from."""
+    and loss mask [B, T-1] it came from. `autocast`: model.train_autocast."""
     from rlfw.policy import sequence_logprobs
 
-    logp, mask, _ = sequence_logprobs(model, processor, segments)
+    logp, mask, _ = sequence_logprobs(model, processor, segments, autocast=autocast)
     return -(logp * mask).sum() / mask.sum(), logp, mask
 
 
@@ -55,6 +55,7 @@ def run_sft(cfg: SFTRunConfig) -> dict:
                             training_filter)
     from rlfw.evaluate import evaluate
     from rlfw.logging import MetricLogger
+    from rlfw.models import compile_language_model
     from rlfw.rollout.engine import TransformersEngine
 
     validate_sft(cfg)
@@ -67,6 +68,8 @@ def run_sft(cfg: SFTRunConfig) -> dict:
     path = prepare_base_model(cfg.model, make_env_fn(cfg.env), out_dir, cfg.seed)
     model, processor = build_policy_model(cfg.model, path)
     make_env = make_env_fn(cfg.env, processor.crop_px)  # demonstrations in the policy's observations
+    if cfg.model.compile:
+        compile_language_model(model)  # the training forward; evaluation below generates under force_eager
     params = [p for p in model.parameters() if p.requires_grad]
     optimizer = torch.optim.AdamW(params, lr=s.lr, weight_decay=s.weight_decay)
     decay_steps = int(s.steps * s.decay_fraction)
@@ -83,9 +86,10 @@ def run_sft(cfg: SFTRunConfig) -> dict:
 
     def run_eval(step: int) -> dict:
         metrics = {}
-        for name, (tasks, layouts) in sets.items():
-            metrics.update(evaluate(engine, processor, envs, tasks, layouts, limits, name,
-                                    out_dir / "eval" / f"step_{step:06d}" / name, n_gifs=2)[0])
+        with torch.compiler.set_stance("force_eager"):  # model.compile is for training; generate eagerly
+            for name, (tasks, layouts) in sets.items():
+                metrics.update(evaluate(engine, processor, envs, tasks, layouts, limits, name,
+                                        out_dir / "eval" / f"step_{step:06d}" / name, n_gifs=2)[0])
         metrics["timing/elapsed_min"] = (time.perf_counter() - started) / 60
         logger.log(step, metrics)
         model.train()
@@ -101,7 +105,7 @@ def run_sft(cfg: SFTRunConfig) -> dict:
     t_log, n_states = time.perf_counter(), 0
     for step in range(1, s.steps + 1):
         segments = [to_segment(processor, *state) for state in sampler.sample(s.batch_size)]
-        loss, logp, mask = sft_loss(model, processor, segments)
+        loss, logp, mask = sft_loss(model, processor, segments, cfg.model.train_autocast)
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         grad_norm = torch.nn.utils.clip_grad_norm_(params, s.max_grad_norm)

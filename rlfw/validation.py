@@ -23,6 +23,16 @@ def _choice(value: str, valid: list[str], key: str) -> list[str]:
     return [] if value in valid else [f"{key}={value!r} is not one of {valid}"]
 
 
+def _training_speed_errors(model) -> list[str]:
+    """model.train_autocast, checked where a policy is trained (RL and SFT). model.attn_implementation
+    is checked by transformers when the policy loads, with the kernels this install has."""
+    errs = _choice(model.train_autocast, [None, "bfloat16"], "model.train_autocast")
+    if model.train_autocast and model.dtype != "float32":
+        errs.append(f"model.train_autocast={model.train_autocast} autocasts a float32 model; "
+                    f"model.dtype={model.dtype} is already low precision: set one of them")
+    return errs
+
+
 def _fixed_set_size_errors(env: EnvConfig, eval_set: str | None = None, key: str = "env.eval_set") -> list[str]:
     """VisGym's fixed sets are 9x9 (eval64) and 11x11 (eval64_hard) mazes: the env must match."""
     eval_set = eval_set or env.eval_set
@@ -134,6 +144,10 @@ def validate(cfg: Config, environment: bool = True) -> None:
     errs += _choice(e.history, ["none", "full"], "env.history")
     errs += _choice(c.engine_backend, sorted(BACKENDS), "cluster.engine_backend")
     errs += _choice(cfg.model.dtype, ["float32", "bfloat16"], "model.dtype")
+    errs += _training_speed_errors(cfg.model)
+    if cfg.model.compile and c.trainer_ranks > 1:
+        errs.append("model.compile=true is not supported with cluster.trainer_ranks > 1 (FSDP2) yet; "
+                    "set model.compile=false")
     if a.n_samples_per_prompt < 2:
         errs.append(
             f"algo.n_samples_per_prompt={a.n_samples_per_prompt}: group-relative advantages need at least 2 "
@@ -202,6 +216,7 @@ def validate_sft(cfg: SFTRunConfig) -> None:
     s = cfg.sft
     errs = _choice(s.states, ["all_squares", "oracle_path"], "sft.states")
     errs += _choice(cfg.model.dtype, ["float32", "bfloat16"], "model.dtype")
+    errs += _training_speed_errors(cfg.model)
     for key, val in [("sft.steps", s.steps), ("sft.batch_size", s.batch_size), ("sft.eval_size", s.eval_size),
                      ("sft.torch_threads", s.torch_threads)]:
         if val < 1:

@@ -63,7 +63,8 @@ class PolicyWorker:
         seed_everything(seed)
         model, processor = build_policy_model(model_cfg, path)
         self.trainer = PolicyTrainer(model, processor, algo, total_steps, seed=seed, device=device,
-                                     ranks=ranks, fsdp=fsdp)
+                                     ranks=ranks, fsdp=fsdp, autocast=model_cfg.train_autocast,
+                                     compile=model_cfg.compile)
 
     def update(self, batch: TrainBatch, step: int, seed: int = 0) -> dict[str, float]:
         return self.trainer.update(batch, step, seed)

@@ -11,12 +11,27 @@ from rlfw.models.processing import PolicyProcessor
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 
 
-def load_policy(path: str | Path, dtype: str = "float32") -> tuple[torch.nn.Module, PolicyProcessor]:
-    """Load a Qwen-VL checkpoint folder (model + tokenizer + image processor) or hub id."""
+def load_policy(path: str | Path, dtype: str = "float32",
+                attn_implementation: str | None = None) -> tuple[torch.nn.Module, PolicyProcessor]:
+    """Load a Qwen-VL checkpoint folder (model + tokenizer + image processor) or hub id; with
+    `attn_implementation` (eager, sdpa, ...) in place of the checkpoint's attention kernel."""
     from transformers import AutoModelForImageTextToText
 
-    model = AutoModelForImageTextToText.from_pretrained(str(path), dtype=DTYPES[dtype])
+    kernel = {"attn_implementation": attn_implementation} if attn_implementation else {}
+    model = AutoModelForImageTextToText.from_pretrained(str(path), dtype=DTYPES[dtype], **kernel)
     return model, PolicyProcessor.from_pretrained(path)
+
+
+def compile_language_model(model: torch.nn.Module) -> torch.nn.Module:
+    """torch.compile the policy's language model (transformers' `get_decoder()`) in place, with
+    dynamic shapes, so turns of any length and batches of any size share one graph; return it. The
+    vision tower stays eager: its attention loops over the batch's images, so a compiled one would
+    recompile for every image count, and the top level (placing image features, the LM head) is
+    cheap. Code that must not run compiled (generation with a KV cache) runs under
+    `torch.compiler.set_stance("force_eager")`."""
+    decoder = model.get_decoder()
+    decoder.compile(dynamic=True)
+    return decoder
 
 
 def save_model_folder(model: torch.nn.Module, processor: PolicyProcessor, path: str | Path,

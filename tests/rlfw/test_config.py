@@ -87,6 +87,9 @@ def test_wrong_type_fails_at_compose():
         (["trainer.max_minutes=0"], "trainer.max_minutes=0"),
         (["algo=gigpo", "env.history=full"], "needs env.history=none"),
         (["algo.module=rlfw_no_such_module"], "algo.module='rlfw_no_such_module' could not be imported"),
+        (["model.train_autocast=float16"], "model.train_autocast='float16' is not one of"),
+        (["model.train_autocast=bfloat16", "model.dtype=bfloat16"], "autocasts a float32 model"),
+        (["model.compile=true", "cluster=local_2ranks"], "model.compile=true is not supported with cluster.trainer_ranks > 1"),
     ],
 )
 def test_cross_field_errors_say_how_to_fix(overrides, needle):
@@ -144,6 +147,8 @@ def test_sft_config_composes_and_rejects_noise_without_paths():
         validate_sft(load_sft(["sft.noise=0.1"]))
     with pytest.raises(ConfigError, match="sft.max_minutes"):
         validate_sft(load_sft(["sft.max_minutes=0"]))
+    with pytest.raises(ConfigError, match="model.train_autocast"):
+        validate_sft(load_sft(["model.train_autocast=fp8"]))
     with pytest.raises(ConfigError, match="algo.step_gamma"):
         validate(load(["algo=gigpo", "algo.step_gamma=1.5"]))
 

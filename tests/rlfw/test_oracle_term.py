@@ -200,12 +200,17 @@ def test_a_run_with_the_oracle_term_logs_it(tmp_path):
 
 
 def test_the_dagger_preset_is_maze_from_sft_with_the_oracle_term(tmp_path):
+    """maze_from_sft plus the oracle term, the training forward's speed settings and the step count
+    that they fit in the measured run's time (levers.md); nothing else."""
     base = compose_config(tmp_path, "experiment=maze_from_sft")
     dagger = compose_config(tmp_path, "experiment=maze_from_sft_dagger")
     assert base.algo.oracle_coef == 0 and dagger.algo.oracle_coef > 0 and dagger.algo.oracle_states == "first_error"
-    assert dagger.trainer.total_steps == 220  # the 45 minutes of the measured runs (levers.md)
+    assert dagger.trainer.total_steps == 340
+    m = dagger.model
+    assert (m.attn_implementation, m.train_autocast, m.compile) == ("eager", "bfloat16", True)
     dagger.algo.oracle_coef, dagger.algo.oracle_states = 0.0, base.algo.oracle_states
     dagger.trainer.total_steps = base.trainer.total_steps
+    m.attn_implementation, m.train_autocast, m.compile = None, None, False
     assert dagger == base
 
 

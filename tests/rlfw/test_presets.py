@@ -22,10 +22,13 @@ def _rows(out: Path) -> list[dict]:
 
 def test_the_main_job_preset_runs_two_steps(tmp_path):
     """The README's main job, `experiment=maze_from_sft_dagger`: maze_from_sft's settings plus the
-    oracle term (tests/rlfw/test_oracle_term.py checks it differs from maze_from_sft in nothing else)."""
+    oracle term and the speed settings (tests/rlfw/test_oracle_term.py checks it differs from
+    maze_from_sft in nothing else). Without the compile, whose two minutes would buy two steps
+    nothing; tests/rlfw/test_train_speed.py (slow) checks the compiled forward."""
     out = tmp_path / "run"
     proc = _run("rlfw.run", "experiment=maze_from_sft_dagger", "trainer.total_steps=2", "trainer.eval_interval=2",
-                "trainer.heldout_eval_size=32", "trainer.ckpt_interval=2", "logger=console", f"trainer.output_dir={out}")
+                "trainer.heldout_eval_size=32", "trainer.ckpt_interval=2", "logger=console", f"trainer.output_dir={out}",
+                "model.compile=false")
     rows = _rows(out)
     start = next(r for r in rows if r["step"] == 0)
     assert start["eval/maze/pass_at_1"] == 26 / 64  # the shipped checkpoint's recorded eval64 score
