@@ -134,9 +134,9 @@ FASTEST = {**FAST, "compile": True}
 
 
 def training(args, spec: TinyVLSpec, lora_rank: int, label: str, peak: float, tmp: Path,
-             speed: dict | None = None) -> tuple:
-    """One row: the update's tokens/s and achieved FLOP/s; with `speed`, ModelConfig fields of the
-    training forward (FAST, FASTEST), whose first update (a compile's cost) is timed on its own."""
+             speed: dict | None = None) -> tuple[tuple, float]:
+    """One row (the update's tokens/s and achieved FLOP/s) and its tokens/s; with `speed`, ModelConfig
+    fields of the training forward (FAST, FASTEST), whose first update (a compile's cost) is timed on its own."""
     from torch.utils.flop_counter import FlopCounterMode
 
     make_env = make_env_fn(MazeEnvConfig(name="maze", id="rlfw/Maze2D-v0", cell_px=8))
@@ -165,9 +165,10 @@ def training(args, spec: TinyVLSpec, lora_rank: int, label: str, peak: float, tm
         trainer.update(batch, step=1)
     dt = (time.perf_counter() - t0) / reps
     settings = ", ".join(f"{k}={v}" for k, v in (speed or {}).items()) or "defaults"
-    return (f"{spec.num_layers}x{spec.hidden_size} {label}, {params / 1e6:.1f}M params, {n} turns x {tokens // n} tokens; "
-            f"model: {settings}", f"{tokens / dt:.0f} tokens/s", f"{flops / dt / 1e9:.1f} GFLOP/s", f"{flops / dt / peak:.0%}",
-            f"{first:.1f} s")
+    row = (f"{spec.num_layers}x{spec.hidden_size} {label}, {params / 1e6:.1f}M params, {n} turns x {tokens // n} tokens; "
+           f"model: {settings}", f"{tokens / dt:.0f} tokens/s", f"{flops / dt / 1e9:.1f} GFLOP/s", f"{flops / dt / peak:.0%}",
+           f"{first:.1f} s")
+    return row, tokens / dt
 
 
 # -- 5. memory -------------------------------------------------------------------------------------
@@ -228,14 +229,12 @@ def main() -> None:
              + rollout(args, path), "rollout")
     if "training" not in args.skip:
         tiny = SMOKE if args.smoke else TINY
-        rows = [training(args, tiny, 32, "tiny_vl, LoRA r32", peak, tmp),
-                training(args, tiny, 32, "tiny_vl, LoRA r32", peak, tmp, FAST),
-                training(args, tiny, 32, "tiny_vl, LoRA r32", peak, tmp, FASTEST),
-                training(args, SMOKE if args.smoke else LARGE, 0, "large, full fine-tuning", peak, tmp)]
-        base = float(rows[0][1].split()[0])
+        runs = [training(args, tiny, 32, "tiny_vl, LoRA r32", peak, tmp, speed) for speed in (None, FAST, FASTEST)]
+        runs.append(training(args, SMOKE if args.smoke else LARGE, 0, "large, full fine-tuning", peak, tmp))
+        rows = [row for row, _ in runs]
         ratios = "; ".join(f"{' + '.join(f'{k}={v}' for k, v in speed.items())}: "
-                           f"{float(row[1].split()[0]) / base:.2f}x the defaults' tokens/s"
-                           for speed, row in ((FAST, rows[1]), (FASTEST, rows[2])))
+                           f"{rate / runs[0][1]:.2f}x the defaults' tokens/s"
+                           for speed, (_, rate) in zip((FAST, FASTEST), runs[1:3]))
         emit("## 3. Training: the policy update against the matmul limit\n\n"
              + table(["update", "tokens/s", "achieved", "of fp32 matmul limit", "first update"], rows)
              + f"\n\nThe training forward's speed settings, same update: {ratios}. The first update "
