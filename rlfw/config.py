@@ -226,7 +226,10 @@ class ModelConfig:
     tower otherwise makes one sdpa call per image (scripts/bench.py, section 3)."""
     train_autocast: Optional[str] = None
     """bfloat16: the training forward and backward run under torch.autocast (matmuls in bf16; weights,
-    gradients and AdamW stay in model.dtype). None: plain model.dtype. Generation is not affected."""
+    gradients and AdamW stay in model.dtype). auto: bfloat16 where the training device has native bf16
+    (a CUDA GPU that supports it; a CPU with AVX512_BF16 or AMX), plain model.dtype elsewhere, since an
+    AVX2-only CPU emulates bf16 matmuls many times slower (rlfw.models.native_bf16). None: plain
+    model.dtype. Generation is not affected."""
     compile: bool = False
     """torch.compile the language model for training (dynamic shapes; generation and the vision tower
     stay eager). The first two training steps pay for it, about 2 minutes for tiny_vl on 2 cores."""
@@ -392,26 +395,6 @@ class SweepConfig:
 
 
 @dataclass
-class Config:
-    algo: AlgoConfig = MISSING
-    """The RL algorithm (group `algo`): advantage estimator, loss, optimizer and sampling."""
-    env: EnvConfig = MISSING
-    """The environment (group `env`) and what the rollout loop needs to know about it."""
-    model: ModelConfig = MISSING
-    """The policy (group `model`): tiny architecture or checkpoint path, LoRA, dtype."""
-    cluster: ClusterConfig = MISSING
-    """Placement of the trainer and rollout engines on Ray (group `cluster`)."""
-    logger: LoggerConfig = MISSING
-    """Where metrics go (group `logger`): console, TensorBoard, Weights & Biases, metrics.jsonl."""
-    trainer: TrainerConfig = field(default_factory=TrainerConfig)
-    """The training loop: steps, evaluation, checkpoints and resuming."""
-    sweep: SweepConfig = field(default_factory=SweepConfig)
-    """What the run returns to a Hydra sweeper (`-m`): the objective an Optuna study maximizes."""
-    seed: int = 0
-    """Seed of every random stream (Python, NumPy, torch, environments)."""
-
-
-@dataclass
 class SFTConfig:
     """Supervised fine-tuning on the env's oracle (`python -m rlfw.sft`)."""
 
@@ -447,6 +430,32 @@ class SFTConfig:
     """torch.set_num_threads for the single SFT process."""
     output_dir: str = "${hydra:runtime.output_dir}"
     """Run folder: metrics, snapshots/step_N/, and the final checkpoint/ (a folder model.path= accepts)."""
+
+
+@dataclass
+class Config:
+    algo: AlgoConfig = MISSING
+    """The RL algorithm (group `algo`): advantage estimator, loss, optimizer and sampling."""
+    env: EnvConfig = MISSING
+    """The environment (group `env`) and what the rollout loop needs to know about it."""
+    model: ModelConfig = MISSING
+    """The policy (group `model`): tiny architecture or checkpoint path, LoRA, dtype."""
+    cluster: ClusterConfig = MISSING
+    """Placement of the trainer and rollout engines on Ray (group `cluster`)."""
+    logger: LoggerConfig = MISSING
+    """Where metrics go (group `logger`): console, TensorBoard, Weights & Biases, metrics.jsonl."""
+    trainer: TrainerConfig = field(default_factory=TrainerConfig)
+    """The training loop: steps, evaluation, checkpoints and resuming."""
+    sweep: SweepConfig = field(default_factory=SweepConfig)
+    """What the run returns to a Hydra sweeper (`-m`): the objective an Optuna study maximizes."""
+    sft_stage: Optional[SFTConfig] = None
+    """Supervised fine-tuning on the env's oracle before RL, in the same run (`rlfw.sft.run_sft_stage`):
+    model.path is fine-tuned in full (LoRA off) with these settings, its checkpoint written to
+    sft_stage.output_dir, and RL starts from that checkpoint with model.lora. A rerun in the same
+    trainer.output_dir (a resubmitted job) reuses a finished stage's checkpoint. None: RL starts from
+    model.path. Preset: experiment=maze_sft_then_dagger."""
+    seed: int = 0
+    """Seed of every random stream (Python, NumPy, torch, environments)."""
 
 
 @dataclass
@@ -598,6 +607,15 @@ def repo_root() -> str:
     from pathlib import Path
 
     return str(Path(__file__).resolve().parents[1])
+
+
+def sft_stage_config(cfg: Config) -> SFTRunConfig:
+    """The SFT run that `cfg.sft_stage` describes: the RL run's env, logger and seed, and its model
+    fine-tuned in full (LoRA rank 0, as `python -m rlfw.sft` does)."""
+    from dataclasses import replace
+
+    model = replace(cfg.model, lora=replace(cfg.model.lora, rank=0))
+    return SFTRunConfig(env=cfg.env, model=model, logger=cfg.logger, sft=cfg.sft_stage, seed=cfg.seed)
 
 
 def register_configs() -> None:

@@ -41,6 +41,12 @@ def main_from_config(cfg: Config) -> dict:
         preflight(t.ckpt_path, t.ckpt_storage_options, "trainer.ckpt_path")
     if t.hf_save_interval:
         preflight(t.export_path, t.ckpt_storage_options, "trainer.export_path")
+    if cfg.sft_stage is not None:  # SFT first, then RL from its checkpoint (Config.sft_stage)
+        from dataclasses import replace
+
+        from rlfw.sft import run_sft_stage
+
+        cfg = replace(cfg, model=replace(cfg.model, path=run_sft_stage(cfg)))
     seed_everything(cfg.seed)
     model_path = prepare_base_model(cfg.model, make_env_fn(cfg.env), out_dir, cfg.seed)
     logger = build_logger(cfg, out_dir)

@@ -21,7 +21,7 @@ import hydra
 import torch
 from omegaconf import DictConfig, OmegaConf
 
-from rlfw.config import SFTRunConfig, register_configs
+from rlfw.config import Config, SFTRunConfig, register_configs, sft_stage_config
 from rlfw.validation import validate_sft
 from rlfw.models.processing import PolicyProcessor
 from rlfw.rollout.agent_loop import LoopLimits
@@ -49,13 +49,15 @@ def save_checkpoint(model, processor: PolicyProcessor, path: Path, info: dict) -
     save_model_folder(model, processor, path, "rlfw_sft.json", info)
 
 
-def run_sft(cfg: SFTRunConfig) -> dict:
+def run_sft(cfg: SFTRunConfig, command: str | None = None) -> dict:
+    """Fine-tune, evaluate every sft.eval_interval steps, write the checkpoint; return the last metrics.
+    `command`: what the checkpoint records as its command (default: this process's rlfw.sft one)."""
     from rlfw.config_io import save_run_config
     from rlfw.build import (build_policy_model, eval_tasks, make_env_fn, prepare_base_model, seed_everything,
                             training_filter)
     from rlfw.evaluate import evaluate
     from rlfw.logging import MetricLogger
-    from rlfw.models import compile_language_model
+    from rlfw.models import compile_language_model, resolve_train_autocast
     from rlfw.rollout.engine import TransformersEngine
 
     validate_sft(cfg)
@@ -68,6 +70,7 @@ def run_sft(cfg: SFTRunConfig) -> dict:
     path = prepare_base_model(cfg.model, make_env_fn(cfg.env), out_dir, cfg.seed)
     model, processor = build_policy_model(cfg.model, path)
     make_env = make_env_fn(cfg.env, processor.crop_px)  # demonstrations in the policy's observations
+    autocast = resolve_train_autocast(cfg.model.train_autocast)  # the SFT process trains on the CPU
     if cfg.model.compile:
         compile_language_model(model)  # the training forward; evaluation below generates under force_eager
     params = [p for p in model.parameters() if p.requires_grad]
@@ -81,7 +84,9 @@ def run_sft(cfg: SFTRunConfig) -> dict:
     envs = [make_env() for _ in range(max(len(t) for t, _ in sets.values()))]
     engine = TransformersEngine(model, processor, merge_lora=False)  # evaluates the model being trained
     logger = MetricLogger(cfg.logger, out_dir, total_steps=s.steps, run_config=cfg)
-    command = "python -m rlfw.sft " + " ".join(_overrides())
+    command = command or "python -m rlfw.sft " + " ".join(_overrides())
+    if cfg.model.train_autocast == "auto":
+        logger.message(f"model.train_autocast=auto: {'bfloat16 autocast' if autocast else 'float32, no native bf16 here'}")
     started = time.perf_counter()
 
     def run_eval(step: int) -> dict:
@@ -105,7 +110,7 @@ def run_sft(cfg: SFTRunConfig) -> dict:
     t_log, n_states = time.perf_counter(), 0
     for step in range(1, s.steps + 1):
         segments = [to_segment(processor, *state) for state in sampler.sample(s.batch_size)]
-        loss, logp, mask = sft_loss(model, processor, segments, cfg.model.train_autocast)
+        loss, logp, mask = sft_loss(model, processor, segments, autocast)
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         grad_norm = torch.nn.utils.clip_grad_norm_(params, s.max_grad_norm)
@@ -133,6 +138,20 @@ def run_sft(cfg: SFTRunConfig) -> dict:
     logger.close()
     print(f"rlfw.sft: checkpoint in {final.resolve()} (use model.path={final.resolve()})", flush=True)
     return metrics
+
+
+def run_sft_stage(cfg: Config) -> str:
+    """Run `cfg.sft_stage` (see Config.sft_stage) and return its checkpoint folder, the model.path RL
+    starts from. A finished stage (its checkpoint folder, written whole or not at all) is reused, so
+    a resubmitted job goes straight back to RL; an interrupted one starts the stage again."""
+    stage = sft_stage_config(cfg)
+    final = Path(stage.sft.output_dir) / "checkpoint"
+    if final.exists():
+        print(f"rlfw: SFT stage already done, RL starts from {final}", flush=True)
+    else:
+        print(f"rlfw: SFT stage ({stage.sft.steps} steps) in {stage.sft.output_dir}, then RL", flush=True)
+        run_sft(stage, command="python -m rlfw.run " + " ".join(_overrides()) + "  # its SFT stage")
+    return str(final.resolve())
 
 
 def _overrides() -> list[str]:

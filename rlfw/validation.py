@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import importlib.util
 
-from rlfw.config import Config, EnvConfig, EvalRunConfig, MazeEnvConfig, SFTRunConfig
+from rlfw.config import Config, EnvConfig, EvalRunConfig, MazeEnvConfig, SFTRunConfig, sft_stage_config
 from rlfw.rollout.backends import BACKENDS
 
 
@@ -26,7 +26,7 @@ def _choice(value: str, valid: list[str], key: str) -> list[str]:
 def _training_speed_errors(model) -> list[str]:
     """model.train_autocast, checked where a policy is trained (RL and SFT). model.attn_implementation
     is checked by transformers when the policy loads, with the kernels this install has."""
-    errs = _choice(model.train_autocast, [None, "bfloat16"], "model.train_autocast")
+    errs = _choice(model.train_autocast, [None, "auto", "bfloat16"], "model.train_autocast")
     if model.train_autocast and model.dtype != "float32":
         errs.append(f"model.train_autocast={model.train_autocast} autocasts a float32 model; "
                     f"model.dtype={model.dtype} is already low precision: set one of them")
@@ -118,6 +118,11 @@ def validate(cfg: Config, environment: bool = True) -> None:
     from rlfw.algos import KL_KINDS, LOSS_AGG_MODES, import_algo_module, list_adv_ests, list_policy_losses
 
     a, e, c = cfg.algo, cfg.env, cfg.cluster
+    if cfg.sft_stage is not None:  # the stage runs first, so its settings are checked first
+        try:
+            validate_sft(sft_stage_config(cfg))
+        except ConfigError as exc:
+            raise ConfigError(str(exc).replace("  - sft.", "  - sft_stage.")) from None
     errs: list[str] = []
     try:
         import_algo_module(a.module)  # the user's registered variants count as valid names

@@ -129,7 +129,7 @@ def training_segments(path: Path, n: int):
 
 
 # the training forward's speed settings (model.attn_implementation, model.train_autocast, model.compile)
-FAST = {"attn_implementation": "eager", "train_autocast": "bfloat16"}
+FAST = {"attn_implementation": "eager", "train_autocast": "auto"}
 FASTEST = {**FAST, "compile": True}
 
 
@@ -165,6 +165,8 @@ def training(args, spec: TinyVLSpec, lora_rank: int, label: str, peak: float, tm
         trainer.update(batch, step=1)
     dt = (time.perf_counter() - t0) / reps
     settings = ", ".join(f"{k}={v}" for k, v in (speed or {}).items()) or "defaults"
+    if (speed or {}).get("train_autocast") == "auto":
+        settings += f" ({trainer.autocast or 'float32'} here)"
     row = (f"{spec.num_layers}x{spec.hidden_size} {label}, {params / 1e6:.1f}M params, {n} turns x {tokens // n} tokens; "
            f"model: {settings}", f"{tokens / dt:.0f} tokens/s", f"{flops / dt / 1e9:.1f} GFLOP/s", f"{flops / dt / peak:.0%}",
            f"{first:.1f} s")

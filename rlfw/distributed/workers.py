@@ -52,6 +52,7 @@ class PolicyWorker:
                  fsdp: FSDPConfig | None = None):
         from rlfw.algos import import_algo_module
         from rlfw.build import build_policy_model, seed_everything
+        from rlfw.models import resolve_train_autocast
         from rlfw.policy import PolicyTrainer
 
         _threads(torch_threads)
@@ -62,8 +63,11 @@ class PolicyWorker:
         ranks = Ranks.join(rendezvous, device, fsdp.timeout_s) if rendezvous else Ranks(device=device)
         seed_everything(seed)
         model, processor = build_policy_model(model_cfg, path)
+        autocast = resolve_train_autocast(model_cfg.train_autocast, device)
+        if model_cfg.train_autocast == "auto":
+            logging.getLogger(__name__).info("model.train_autocast=auto on %s: %s", device, autocast or "float32")
         self.trainer = PolicyTrainer(model, processor, algo, total_steps, seed=seed, device=device,
-                                     ranks=ranks, fsdp=fsdp, autocast=model_cfg.train_autocast,
+                                     ranks=ranks, fsdp=fsdp, autocast=autocast,
                                      compile=model_cfg.compile)
 
     def update(self, batch: TrainBatch, step: int, seed: int = 0) -> dict[str, float]:

@@ -22,6 +22,31 @@ def load_policy(path: str | Path, dtype: str = "float32",
     return model, PolicyProcessor.from_pretrained(path)
 
 
+def native_bf16(device: str | torch.device = "cpu") -> bool:
+    """Whether `device` runs bf16 matmuls in hardware: a CUDA device that supports bf16, or a CPU with
+    AVX512_BF16 or AMX tiles. Elsewhere (an AVX2-only CPU) torch emulates them, and a bf16 training
+    forward ran 50x slower than float32 on such a CPU (experiments/bench/README.md)."""
+    device = torch.device(device)
+    if device.type == "cuda":
+        return torch.cuda.is_bf16_supported()
+    return device.type == "cpu" and (torch.cpu._is_avx512_bf16_supported() or torch.cpu._is_amx_tile_supported())
+
+
+def resolve_train_autocast(value: str | None, device: str | torch.device = "cpu") -> str | None:
+    """model.train_autocast as the training forward uses it: "auto" is "bfloat16" where `device` has
+    native bf16 (`native_bf16`) and None (plain float32) elsewhere; "bfloat16" stays, with a warning
+    where it would be emulated; None stays None."""
+    if value == "auto":
+        return "bfloat16" if native_bf16(device) else None
+    if value == "bfloat16" and not native_bf16(device):
+        import warnings
+
+        warnings.warn(f"model.train_autocast=bfloat16 on {torch.device(device)}, which has no native bf16 "
+                      "(no AVX512_BF16 or AMX): torch emulates its matmuls, many times slower than float32. "
+                      "model.train_autocast=auto uses bf16 only where the hardware has it.", stacklevel=2)
+    return value
+
+
 def compile_language_model(model: torch.nn.Module) -> torch.nn.Module:
     """torch.compile the policy's language model (transformers' `get_decoder()`) in place, with
     dynamic shapes, so turns of any length and batches of any size share one graph; return it. The

@@ -207,7 +207,7 @@ def test_the_dagger_preset_is_maze_from_sft_with_the_oracle_term(tmp_path):
     assert base.algo.oracle_coef == 0 and dagger.algo.oracle_coef > 0 and dagger.algo.oracle_states == "first_error"
     assert dagger.trainer.total_steps == 340
     m = dagger.model
-    assert (m.attn_implementation, m.train_autocast, m.compile) == ("eager", "bfloat16", True)
+    assert (m.attn_implementation, m.train_autocast, m.compile) == ("eager", "auto", True)
     dagger.algo.oracle_coef, dagger.algo.oracle_states = 0.0, base.algo.oracle_states
     dagger.trainer.total_steps = base.trainer.total_steps
     m.attn_implementation, m.train_autocast, m.compile = None, None, False

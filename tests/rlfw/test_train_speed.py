@@ -1,12 +1,14 @@
 """The faster training forward (model.train_autocast, model.attn_implementation, model.compile)
 computes what the plain one does, to the precision it trades, and trains the same parameters."""
 
+import warnings
+
 import pytest
 import torch
 
 from rlfw.build import build_policy_model, make_env_fn, prepare_base_model
 from rlfw.config import EnvConfig, LoraConfig, ModelConfig
-from rlfw.models import compile_language_model
+from rlfw.models import compile_language_model, native_bf16, resolve_train_autocast
 from rlfw.policy import sequence_logprobs
 from rlfw.rollout.demos import DemoSampler, to_segment
 from tests.rlfw.test_policy_sync import SPEC
@@ -53,6 +55,35 @@ def test_bf16_autocast_runs_the_forward_in_bf16_and_trains_float32_weights(tmp_p
     assert _cosine(grads32, grads16) > 0.99
     assert all(g.dtype == torch.float32 for g in grads16.values())
     assert all(p.dtype == torch.float32 for p in model.parameters())
+
+
+def _cpu_flags() -> set[str]:
+    with open("/proc/cpuinfo") as f:
+        return {flag for line in f if line.startswith("flags") for flag in line.split(":", 1)[1].split()}
+
+
+@pytest.mark.skipif(not __import__("os").path.exists("/proc/cpuinfo"), reason="reads Linux's /proc/cpuinfo")
+def test_native_bf16_is_this_cpus_avx512_bf16_or_amx():
+    """torch's answer agrees with the CPU's own flags, read independently."""
+    flags = _cpu_flags()
+    assert native_bf16("cpu") == bool({"avx512_bf16", "amx_tile", "amx_bf16"} & flags)
+
+
+def test_auto_autocast_is_bf16_only_where_the_hardware_has_it(monkeypatch):
+    """auto: bfloat16 on a CPU with AVX512_BF16 or AMX, float32 (None) on an AVX2-only one; an explicit
+    bfloat16 stays bfloat16 everywhere but warns where it would be emulated; None stays None."""
+    for avx512_bf16, amx, want in [(True, False, "bfloat16"), (False, True, "bfloat16"), (False, False, None)]:
+        monkeypatch.setattr(torch.cpu, "_is_avx512_bf16_supported", lambda v=avx512_bf16: v)
+        monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda v=amx: v)
+        assert resolve_train_autocast("auto", "cpu") == want
+        assert resolve_train_autocast(None, "cpu") is None
+        if want:
+            with warnings.catch_warnings():
+                warnings.simplefilter("error")  # native: no warning
+                assert resolve_train_autocast("bfloat16", "cpu") == "bfloat16"
+        else:
+            with pytest.warns(UserWarning, match="no native bf16"):
+                assert resolve_train_autocast("bfloat16", "cpu") == "bfloat16"
 
 
 def test_eager_attention_is_loaded_in_both_towers_and_matches_sdpa(tmp_path):

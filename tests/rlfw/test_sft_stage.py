@@ -1,0 +1,71 @@
+"""Config.sft_stage: continued SFT, then RL from its checkpoint, in one `rlfw.run` (preset
+experiment=maze_sft_then_dagger). RL must start from the stage's weights, not model.path's; a
+resubmitted job must reuse a finished stage; bad stage settings are refused before work starts."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from rlfw.validation import ConfigError
+from tests.rlfw.inprocess import compose_config
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_the_preset_is_the_dagger_preset_after_an_sft_stage(tmp_path):
+    """maze_sft_then_dagger = maze_from_sft_dagger + the stage, sized for its measured time; nothing else."""
+    dagger = compose_config(tmp_path, "experiment=maze_from_sft_dagger")
+    staged = compose_config(tmp_path, "experiment=maze_sft_then_dagger")
+    assert dagger.sft_stage is None
+    s = staged.sft_stage
+    assert (s.steps, s.lr, s.decay_fraction, s.eval_interval, s.states) == (580, 5e-4, 1.0, 0, "all_squares")
+    assert s.output_dir == str(tmp_path / "sft_stage")  # inside the run's folder, so a resubmitted job finds it
+    assert (staged.trainer.total_steps, staged.trainer.max_minutes, staged.model.compile) == (70, 17, False)
+    staged.sft_stage, staged.model.compile = None, dagger.model.compile
+    staged.trainer.total_steps, staged.trainer.max_minutes = dagger.trainer.total_steps, dagger.trainer.max_minutes
+    assert staged == dagger
+
+
+def test_bad_stage_settings_are_refused_under_their_own_keys(tmp_path):
+    with pytest.raises(ConfigError) as err:
+        compose_config(tmp_path, "experiment=maze_sft_then_dagger", "sft_stage.steps=0", "sft_stage.states=path")
+    assert "sft_stage.steps=0 must be >= 1" in str(err.value) and "sft_stage.states='path'" in str(err.value)
+
+
+def _weights(folder: Path) -> dict:
+    return load_file(str(next(folder.glob("*.safetensors"))))
+
+
+def _run(out: Path, *extra: str) -> subprocess.CompletedProcess:
+    cmd = [sys.executable, "-m", "rlfw.run", "experiment=maze_sft_then_dagger", "sft_stage.steps=4",
+           "sft_stage.batch_size=8", "trainer.total_steps=1", "trainer.eval_interval=1", "trainer.heldout_eval_size=0",
+           "env.eval_set=eval64", "trainer.ckpt_interval=1", "trainer.max_minutes=null", "algo.tasks_per_step=2",
+           "algo.tasks_per_optimizer_step=2", "logger=console", f"trainer.output_dir={out}", *extra]
+    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return proc
+
+
+def test_rl_starts_from_the_stage_checkpoint_and_a_rerun_reuses_it(tmp_path):
+    out = tmp_path / "run"
+    proc = _run(out)
+    final = out / "sft_stage" / "checkpoint"
+    record = json.loads((final / "rlfw_sft.json").read_text())
+    assert record["step"] == 4 and "its SFT stage" in record["command"]
+    assert f"model: starting from {final}" in proc.stdout  # RL's start is the stage's checkpoint
+    # the stage trained: its weights moved away from the shipped checkpoint's
+    shipped, staged = _weights(ROOT / "checkpoints" / "tiny_vl_maze_sft"), _weights(final)
+    assert shipped.keys() == staged.keys()
+    assert any(not torch.equal(shipped[k], staged[k]) for k in shipped)
+    start = next(json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()
+                 if json.loads(line)["step"] == 0)
+    assert "eval/maze/pass_at_1" in start  # RL's step-0 evaluation scores the stage
+    mtime = (final / "rlfw_sft.json").stat().st_mtime_ns
+    proc = _run(out, "trainer.resume_mode=latest")
+    assert "SFT stage already done" in proc.stdout and f"model: starting from {final}" in proc.stdout
+    assert (final / "rlfw_sft.json").stat().st_mtime_ns == mtime  # not trained again
