@@ -76,10 +76,16 @@ def _type(t) -> str:
     return t if isinstance(t, str) else t.__name__ if isinstance(t, type) else str(t).replace("typing.", "")
 
 
+def _node_type(t) -> type | None:
+    """The dataclass a field's type names, Optional[...] unwrapped (Config.sft_stage); None if not a node."""
+    args = [a for a in typing.get_args(t) if a is not type(None)] if typing.get_origin(t) is typing.Union else [t]
+    return args[0] if len(args) == 1 and dataclasses.is_dataclass(args[0]) else None
+
+
 def _nested(cls: type) -> dict[str, type]:
-    """Fields of `cls` whose type is itself a dataclass (a config node)."""
+    """Fields of `cls` whose type is itself a dataclass (a config node), or an Optional one."""
     hints = typing.get_type_hints(cls)
-    return {f.name: hints[f.name] for f in dataclasses.fields(cls) if dataclasses.is_dataclass(hints[f.name])}
+    return {f.name: _node_type(hints[f.name]) for f in dataclasses.fields(cls) if _node_type(hints[f.name])}
 
 
 def field_docs(schema: type, prefix: str = "") -> list[tuple[str, str, str, str]]:
@@ -93,7 +99,9 @@ def field_docs(schema: type, prefix: str = "") -> list[tuple[str, str, str, str]
     for f in dataclasses.fields(schema):
         key = prefix + f.name
         if f.name in nested:
-            rows.append((key, nested[f.name].__name__, "", _doc(schema, f.name)))
+            optional = f.default is None  # an Optional node, off (null) unless a group or preset sets it
+            rows.append((key, f"Optional[{nested[f.name].__name__}]" if optional else nested[f.name].__name__,
+                         "null" if optional else "", _doc(schema, f.name)))
             rows += field_docs(nested[f.name], key + ".")
         else:
             rows.append((key, _type(f.type), _default(f), _doc(schema, f.name)))

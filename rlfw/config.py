@@ -418,13 +418,15 @@ class SFTConfig:
     max_grad_norm: float = 1.0
     """Gradient clipping by global norm."""
     eval_interval: int = 250
-    """Greedy evaluation (and a snapshot) every this many steps; 0 disables."""
+    """Greedy evaluation (and a snapshot) every this many steps and at the last; 0 disables them all,
+    the time limit's included (an SFT stage before RL, whose step-0 evaluation scores it)."""
     eval_size: int = 512
     """Held-out mazes (our generator, seeds >= envs.eval_sets.HELD_OUT_SEED_START) per evaluation."""
     stop_at_pass_at_1: Optional[float] = None
     """Stop once held-out pass@1 reaches this (e.g. 0.45 for a GRPO starting point); None runs all steps."""
     max_minutes: Optional[float] = None
-    """Stop after this much wall time (a last evaluation and the checkpoint follow); None runs all steps.
+    """Stop after this much wall time (a last evaluation unless eval_interval=0, and the checkpoint); None
+    runs all steps.
     For comparisons at equal time, e.g. continuing SFT beside a GRPO run of the same length."""
     torch_threads: int = 2
     """torch.set_num_threads for the single SFT process."""
@@ -453,7 +455,9 @@ class Config:
     model.path is fine-tuned in full (LoRA off) with these settings, its checkpoint written to
     sft_stage.output_dir, and RL starts from that checkpoint with model.lora. A rerun in the same
     trainer.output_dir (a resubmitted job) reuses a finished stage's checkpoint. None: RL starts from
-    model.path. Preset: experiment=maze_sft_then_dagger."""
+    model.path. Turn it on with the group `sft_stage=oracle` (conf/sft_stage/oracle.yaml), then set its
+    keys (`sft_stage.steps=300`); `~sft_stage` turns a preset's stage off. Preset:
+    experiment=maze_sft_then_dagger."""
     seed: int = 0
     """Seed of every random stream (Python, NumPy, torch, environments)."""
 

@@ -127,11 +127,12 @@ def run_sft(cfg: SFTRunConfig, command: str | None = None) -> dict:
                               "sft/states_per_s": n_states / (now - t_log)})
             t_log, n_states = now, 0
         out_of_time = s.max_minutes is not None and time.perf_counter() - started >= 60 * s.max_minutes
-        if out_of_time or (s.eval_interval and (step % s.eval_interval == 0 or step == s.steps)):
+        if s.eval_interval and (out_of_time or step % s.eval_interval == 0 or step == s.steps):
             metrics = run_eval(step)
-            done = s.stop_at_pass_at_1 is not None and metrics["eval/heldout/pass_at_1"] >= s.stop_at_pass_at_1
-            if done or out_of_time or step == s.steps:
+            if s.stop_at_pass_at_1 is not None and metrics["eval/heldout/pass_at_1"] >= s.stop_at_pass_at_1:
                 break
+        if out_of_time:
+            break
         logger.progress(step)
     final = out_dir / "checkpoint"
     save_checkpoint(model, processor, final, {"step": step, "seed": cfg.seed, "command": command, **metrics})

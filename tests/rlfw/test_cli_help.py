@@ -42,6 +42,9 @@ def test_run_help_documents_fields_and_groups():
     _doc_follows(text, "env.difficulty: str = easy", "easy (9x9 grid) or hard")
     _doc_follows(text, "trainer.output_dir: str = ${hydra:runtime.output_dir}", "Run folder")  # `$` survives
     assert "env=maze / maze_hard add (MazeEnvConfig):" in text
+    # an Optional node (off by default) lists its keys too, and its group is named
+    _doc_follows(text, "sft_stage.steps: int = 3000", "Optimizer steps")
+    assert "rlfw.run uses: algo, env, model, cluster, logger, sft_stage, experiment." in " ".join(text.split())
     groups = {line.split(":")[0]: line.split(": ")[1].split(", ") for line in text.splitlines()
               if line.split(":")[0] in ("algo", "env", "model", "cluster", "logger", "experiment") and ", " in line}
     assert {"grpo", "dapo", "gspo"} <= set(groups["algo"])
@@ -74,6 +77,7 @@ def test_field_docs_walks_nested_schemas():
     rows = {key: (typ, default, doc) for key, typ, default, doc in field_docs(config.Config)}
     assert rows["model.lora.rank"] == ("int", "16", "LoRA rank; 0 means full fine-tuning.")
     assert rows["model.lora"][:2] == ("LoraConfig", "")
+    assert rows["sft_stage"][:2] == ("Optional[SFTConfig]", "null") and rows["sft_stage.lr"][0] == "float"
     assert rows["algo.name"][1] == "???" and rows["env.kwargs"][1] == "{}"
     assert rows["logger.wandb.mode"][1] == "offline"
     assert all(doc for _, _, _, doc in field_docs(config.Config) + field_docs(config.SFTRunConfig))

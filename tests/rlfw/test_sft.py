@@ -42,11 +42,21 @@ def test_sft_lowers_loss_and_writes_loadable_checkpoint(tmp_path):
 
 
 def test_sft_stops_at_its_time_limit_with_an_evaluation_and_a_checkpoint(tmp_path):
-    cfg = _cfg(tmp_path, steps=10_000, batch_size=4, eval_interval=0, eval_size=4, max_minutes=0.05)
+    cfg = _cfg(tmp_path, steps=10_000, batch_size=4, eval_interval=5_000, eval_size=4, max_minutes=0.05)
     metrics = run_sft(cfg)
     info = json.loads((tmp_path / "checkpoint" / "rlfw_sft.json").read_text())
-    assert 1 <= info["step"] < 10_000 and metrics["timing/elapsed_min"] >= 0.05
+    assert 1 <= info["step"] < 5_000 and metrics["timing/elapsed_min"] >= 0.05
     assert "eval/heldout/pass_at_1" in info
+    assert [p.name for p in (tmp_path / "eval").iterdir()] == [f"step_{info['step']:06d}"]
+
+
+def test_sft_without_evaluations_stops_at_its_time_limit_without_one(tmp_path):
+    """eval_interval=0 (an SFT stage before RL): the time limit ends it with the checkpoint alone."""
+    cfg = _cfg(tmp_path, steps=10_000, batch_size=4, eval_interval=0, eval_size=4, max_minutes=0.05)
+    assert run_sft(cfg) == {}
+    info = json.loads((tmp_path / "checkpoint" / "rlfw_sft.json").read_text())
+    assert 1 <= info["step"] < 10_000 and not any(k.startswith("eval/") for k in info)
+    assert not (tmp_path / "eval").exists() and not (tmp_path / "snapshots").exists()
 
 
 @pytest.mark.parametrize("mode, noise", [("all_squares", 0.0), ("oracle_path", 0.3)])

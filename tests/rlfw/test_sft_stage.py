@@ -31,6 +31,17 @@ def test_the_preset_is_the_dagger_preset_after_an_sft_stage(tmp_path):
     assert staged == dagger
 
 
+def test_the_stage_group_turns_it_on_for_any_preset_and_off_for_this_one(tmp_path):
+    """sft_stage=oracle gives the preset's stage to any run, its keys then set one by one from the command
+    line (a bare sft_stage.steps= has no node to land on); ~sft_stage removes the preset's stage."""
+    staged = compose_config(tmp_path, "experiment=maze_sft_then_dagger")
+    mine = compose_config(tmp_path, "experiment=maze_from_sft_dagger", "sft_stage=oracle", "sft_stage.steps=300")
+    assert mine.sft_stage.steps == 300 and mine.sft_stage.output_dir == str(tmp_path / "sft_stage")
+    mine.sft_stage.steps = staged.sft_stage.steps
+    assert mine.sft_stage == staged.sft_stage
+    assert compose_config(tmp_path, "experiment=maze_sft_then_dagger", "~sft_stage").sft_stage is None
+
+
 def test_bad_stage_settings_are_refused_under_their_own_keys(tmp_path):
     with pytest.raises(ConfigError) as err:
         compose_config(tmp_path, "experiment=maze_sft_then_dagger", "sft_stage.steps=0", "sft_stage.states=path")
