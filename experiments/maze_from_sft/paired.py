@@ -1,0 +1,52 @@
+"""Paired comparison of two policies' greedy evaluations on the same mazes.
+
+Each argument is an evaluation set's folder, `<run>/eval/step_N/<set>` (it holds episodes.jsonl, one
+row per maze with its `seed` and `success`). Mazes are matched by seed; what matters is how many
+each policy solved that the other did not (a sign test: z = (a - b) / sqrt(a + b)).
+
+    python experiments/maze_from_sft/paired.py A_DIR B_DIR [A_DIR B_DIR ...]
+
+Several pairs (one per training seed, say) are printed one by one and then pooled.
+"""
+
+import json
+import math
+import sys
+from pathlib import Path
+
+
+def successes(folder: str) -> dict[int, bool]:
+    rows = [json.loads(line) for line in (Path(folder) / "episodes.jsonl").read_text().splitlines() if line]
+    return {row["seed"]: bool(row["success"]) for row in rows}
+
+
+def compare(a_dir: str, b_dir: str) -> tuple[int, int, int, float, float]:
+    """(mazes, solved by A only, solved by B only, A's pass@1, B's pass@1)."""
+    a, b = successes(a_dir), successes(b_dir)
+    if a.keys() != b.keys():
+        sys.exit(f"{a_dir} and {b_dir} evaluated different mazes ({len(a)} and {len(b)}; "
+                 f"{len(a.keys() ^ b.keys())} not in both)")
+    only_a = sum(a[s] and not b[s] for s in a)
+    only_b = sum(b[s] and not a[s] for s in a)
+    return len(a), only_a, only_b, sum(a.values()) / len(a), sum(b.values()) / len(b)
+
+
+def z(only_a: int, only_b: int) -> float:
+    return (only_a - only_b) / math.sqrt(only_a + only_b) if only_a + only_b else 0.0
+
+
+def main(argv: list[str]) -> None:
+    if not argv or len(argv) % 2:
+        sys.exit(__doc__)
+    total_a = total_b = 0
+    for a_dir, b_dir in zip(argv[::2], argv[1::2]):
+        n, only_a, only_b, pa, pb = compare(a_dir, b_dir)
+        total_a, total_b = total_a + only_a, total_b + only_b
+        print(f"{n} mazes  A {pa:.3f}  B {pb:.3f}  A only {only_a}  B only {only_b}  z {z(only_a, only_b):+.1f}"
+              f"\n  A: {a_dir}\n  B: {b_dir}")
+    if len(argv) > 2:
+        print(f"pooled: A only {total_a}  B only {total_b}  z {z(total_a, total_b):+.1f}")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
