@@ -85,7 +85,7 @@ def _node_type(t) -> type | None:
 def _nested(cls: type) -> dict[str, type]:
     """Fields of `cls` whose type is itself a dataclass (a config node), or an Optional one."""
     hints = typing.get_type_hints(cls)
-    return {f.name: _node_type(hints[f.name]) for f in dataclasses.fields(cls) if _node_type(hints[f.name])}
+    return {f.name: node for f in dataclasses.fields(cls) if (node := _node_type(hints[f.name]))}
 
 
 def field_docs(schema: type, prefix: str = "") -> list[tuple[str, str, str, str]]:
