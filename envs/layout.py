@@ -54,6 +54,18 @@ def oracle_moves(walls: np.ndarray, agent: Pos, target: Pos) -> list[int]:
     return path_moves(dist, agent)
 
 
+def open_moves(walls: np.ndarray, square: Pos) -> list[int]:
+    """Move indices from `square` that lead to an open square (not a wall, not off the grid)."""
+    (r, c), (rows, cols) = square, walls.shape
+    return [i for i, (dr, dc) in enumerate(DELTAS)
+            if 0 <= r + dr < rows and 0 <= c + dc < cols and not walls[r + dr, c + dc]]
+
+
+def is_junction(walls: np.ndarray, square: Pos) -> bool:
+    """Three or four open neighbours: a square where the route has to choose a branch."""
+    return len(open_moves(walls, square)) >= 3
+
+
 def path_moves(dist: list[list[int]], agent: Pos) -> list[int]:
     """Follow `dist` (from `distances_to`) downhill from `agent`; the first move wins ties."""
     r, c = agent

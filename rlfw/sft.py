@@ -77,7 +77,8 @@ def run_sft(cfg: SFTRunConfig, command: str | None = None) -> dict:
     optimizer = torch.optim.AdamW(params, lr=s.lr, weight_decay=s.weight_decay)
     decay_steps = int(s.steps * s.decay_fraction)
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda i: lr_factor(i, s.steps, s.warmup_steps, decay_steps))
-    sampler = DemoSampler(make_env, cfg.seed, s.states, s.noise, training_filter(cfg.env, s.eval_size))
+    sampler = DemoSampler(make_env, cfg.seed, s.states, s.noise, training_filter(cfg.env, s.eval_size),
+                          s.junction_fraction)
     limits = LoopLimits(max_turns=cfg.env.max_turns, max_new_tokens=cfg.env.max_new_tokens,
                         max_episode_tokens=cfg.env.max_episode_tokens, history="none")
     sets = {cfg.env.eval_set: eval_tasks(cfg.env), "heldout": eval_tasks(cfg.env, "heldout", s.eval_size)}

@@ -230,6 +230,10 @@ def validate_sft(cfg: SFTRunConfig) -> None:
         errs.append(f"sft.noise={s.noise} must be in [0, 1)")
     if s.noise and s.states != "oracle_path":
         errs.append("sft.noise applies to sft.states=oracle_path only; set sft.states=oracle_path or sft.noise=0")
+    if not 0 <= s.junction_fraction <= 1:
+        errs.append(f"sft.junction_fraction={s.junction_fraction} must be in [0, 1]")
+    if s.junction_fraction and s.states != "all_squares":
+        errs.append("sft.junction_fraction applies to sft.states=all_squares only; set sft.junction_fraction=0")
     if s.warmup_steps < 0:
         errs.append(f"sft.warmup_steps={s.warmup_steps} must be >= 0")
     if s.max_grad_norm <= 0:

@@ -30,8 +30,8 @@ from pathlib import Path
 
 import torch
 
-from envs.actions import DELTAS, STOP, parse_action
-from envs.layout import parse_layout
+from envs.actions import STOP, parse_action
+from envs.layout import open_moves, parse_layout
 from rlfw.build import eval_tasks, make_env_fn
 from rlfw.config_io import RUN_CONFIG_FILE, load_run_config
 
@@ -40,8 +40,7 @@ KINDS = ("corridor", "junction", "dead_end", "on_target")
 
 def square_kind(walls, agent) -> str:
     """corridor (two open neighbours), junction (three or four) or dead_end (one)."""
-    (r, c), (h, w) = agent, walls.shape
-    open_ = sum(0 <= r + dr < h and 0 <= c + dc < w and not walls[r + dr, c + dc] for dr, dc in DELTAS)
+    open_ = len(open_moves(walls, tuple(agent)))
     return "junction" if open_ >= 3 else "dead_end" if open_ == 1 else "corridor"
 
 

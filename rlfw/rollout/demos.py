@@ -12,6 +12,8 @@ from typing import Callable
 
 import numpy as np
 
+from envs.actions import DELTAS
+from envs.layout import is_junction, open_moves, parse_layout
 from rlfw.models.processing import PolicyProcessor
 from rlfw.rollout.agent_loop import turn_message
 from rlfw.rollout.oracle import answer_segment
@@ -21,13 +23,15 @@ from rlfw.rollout.types import Segment
 class DemoSampler:
     """Oracle-labelled states from fresh training mazes, as (image, task text, feedback, action)."""
 
-    def __init__(self, make_env, seed: int, mode: str, noise: float, allowed: Callable[[int], bool] | None = None):
+    def __init__(self, make_env, seed: int, mode: str, noise: float, allowed: Callable[[int], bool] | None = None,
+                 junction_fraction: float = 0.0):
         from envs.eval_sets import TRAIN_SEEDS
 
         self.env = make_env()
         self.rng = np.random.default_rng(seed)
         self.seeds = TRAIN_SEEDS
         self.mode, self.noise, self.allowed = mode, noise, allowed
+        self.junction_fraction = junction_fraction
         self.n_moves = len(self.env.unwrapped.action_strings) - 1  # the last action is stop
 
     def _seed(self) -> int:
@@ -41,17 +45,38 @@ class DemoSampler:
         return obs["image"], task, feedback, self.env.unwrapped.best_action()
 
     def _all_squares(self) -> tuple:
-        """A random open square (its genuine feedback from one random move), or the start state."""
+        """A random open square (its genuine feedback from one random move), or the start state; with
+        `junction_fraction`, that fraction of the states are junctions instead (`_junction`)."""
         env, u = self.env, self.env.unwrapped
         obs, _ = env.reset(seed=self._seed())
         task = obs["text"]
         record = u.layout()
+        if self.junction_fraction and self.rng.random() < self.junction_fraction:
+            if (state := self._junction(record, task)) is not None:
+                return state
         if self.rng.random() < 1 / 6:
             return self._label(obs, task, "")
         open_cells = [(r, c) for r, row in enumerate(record["grid"]) for c, ch in enumerate(row) if ch == "."]
         r, c = open_cells[self.rng.integers(len(open_cells))]
         env.reset(options={"layout": {**record, "agent": [r, c]}})
         obs = env.step(u.action_strings[self.rng.integers(self.n_moves)])[0]
+        return self._label(obs, task, obs["text"])
+
+    def _junction(self, record: dict, task: str) -> tuple | None:
+        """A random junction of the maze (three or four open neighbours), entered by a move from a
+        random open neighbour, so its feedback is the genuine "Moved ..." of arriving there; None if
+        the maze has no junction."""
+        env, u = self.env, self.env.unwrapped
+        walls = parse_layout(record)[0]
+        junctions = [(r, c) for r, c in zip(*np.nonzero(~walls)) if is_junction(walls, (r, c))]
+        if not junctions:
+            return None
+        r, c = junctions[self.rng.integers(len(junctions))]
+        moves = open_moves(walls, (r, c))
+        dr, dc = DELTAS[moves[self.rng.integers(len(moves))]]  # towards the neighbour we arrive from
+        env.reset(options={"layout": {**record, "agent": [int(r + dr), int(c + dc)]}})
+        back = DELTAS.index((-dr, -dc))
+        obs = env.step(u.action_strings[back])[0]
         return self._label(obs, task, obs["text"])
 
     def _oracle_path(self, n: int) -> list[tuple]:

@@ -147,6 +147,10 @@ def test_sft_config_composes_and_rejects_noise_without_paths():
         validate_sft(load_sft(["sft.noise=0.1"]))
     with pytest.raises(ConfigError, match="sft.max_minutes"):
         validate_sft(load_sft(["sft.max_minutes=0"]))
+    with pytest.raises(ConfigError, match=r"sft.junction_fraction=1.5 must be in \[0, 1\]"):
+        validate_sft(load_sft(["sft.junction_fraction=1.5"]))
+    with pytest.raises(ConfigError, match="sft.junction_fraction applies to sft.states=all_squares"):
+        validate_sft(load_sft(["sft.states=oracle_path", "sft.junction_fraction=0.5"]))
     with pytest.raises(ConfigError, match="model.train_autocast"):
         validate_sft(load_sft(["model.train_autocast=fp8"]))
     with pytest.raises(ConfigError, match="algo.step_gamma"):

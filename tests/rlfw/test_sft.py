@@ -77,6 +77,43 @@ def test_demonstrations_are_in_the_rl_turn_format(tmp_path, mode, noise):
         assert supervised[-1] == processor.eos_token_id and len(supervised) == 2
 
 
+def test_junction_states_are_junctions_entered_by_a_move_and_labelled_there():
+    """sft.junction_fraction: a junction state is a square with three or four open neighbours, its
+    feedback the genuine move into it (not a wall bump: that would leave the agent on the neighbour),
+    its label the oracle's move from that square (not from the neighbour one move earlier); at 0 the
+    draw is the one without the option, and a fraction in between mixes the two."""
+    from envs.actions import MOVED_FEEDBACK, DIRECTION_NAMES
+    from envs.layout import distances_to, is_junction, parse_layout, path_moves
+    from rlfw.build import make_env_fn
+
+    make_env = make_env_fn(MazeEnvConfig(name="maze", id="rlfw/Maze2D-v0"))
+
+    def drawn(sampler, n):
+        out = []
+        for _ in range(n):
+            image, _, feedback, action = sampler.sample(1)[0]
+            u = sampler.env.unwrapped
+            walls, agent, target = parse_layout(u.layout())
+            moves = path_moves(distances_to(walls, target), agent)
+            oracle = u.action_strings[moves[0]] if moves else u.action_strings[-1]
+            out.append((is_junction(walls, agent), feedback, action, oracle, image))
+        return out
+
+    states = drawn(DemoSampler(make_env, 0, "all_squares", 0.0, junction_fraction=1.0), 200)
+    assert all(junction for junction, *_ in states)
+    moved = {MOVED_FEEDBACK.format(direction=d) for d in DIRECTION_NAMES}
+    assert all(feedback in moved for _, feedback, *_ in states)
+    assert all(action == oracle for _, _, action, oracle, _ in states)
+    assert len({feedback for _, feedback, *_ in states}) == 4  # entered from every side
+    assert len({action for _, _, action, *_ in states}) >= 4
+
+    plain, off = (drawn(DemoSampler(make_env, 0, "all_squares", 0.0, **kw), 100) for kw in ({}, {"junction_fraction": 0.0}))
+    assert all(a[1:4] == b[1:4] and np.array_equal(a[4], b[4]) for a, b in zip(plain, off))
+    uniform = np.mean([junction for junction, *_ in plain])
+    mixed = np.mean([junction for junction, *_ in drawn(DemoSampler(make_env, 0, "all_squares", 0.0, junction_fraction=0.5), 300)])
+    assert uniform < 0.15 and 0.4 < mixed < 0.7, (uniform, mixed)
+
+
 def test_sft_with_lora_trains_the_adapter(tmp_path):
     """LoRA on the shipped checkpoint: training reaches the adapter (the evaluation engine must not
     merge it into the model being trained) and lowers the loss on fresh demonstrations."""
