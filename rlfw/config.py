@@ -344,8 +344,13 @@ class TrainerConfig:
     max_minutes: Optional[float] = None
     """Stop after the first step that ends past this much wall time (timing/elapsed_min, which runs on
     across resumes); that step is then the last: its evaluation (held-out included), checkpoint and
-    export follow. The LR schedule still spans total_steps. None runs all steps. For comparisons at
-    equal time, e.g. beside continued SFT (sft.max_minutes)."""
+    export follow. The LR schedule still spans total_steps unless schedule=minutes. None runs all
+    steps. For comparisons at equal time, e.g. beside continued SFT (sft.max_minutes)."""
+    schedule: str = "steps"
+    """steps: algo.lr_schedule spans total_steps. minutes: it spans max_minutes of wall time (the
+    fraction spent when each step's update starts, which runs on across resumes), so the cosine ends
+    where the time does on a fast machine and a slow one, and total_steps is only a cap; set it well
+    above what the time holds. A resumed run then repeats its steps but not their exact LRs."""
     eval_interval: int = 5
     """Evaluate every this many steps (and before training); 0 disables."""
     eval_before_train: bool = True
@@ -418,7 +423,13 @@ class SFTConfig:
     warmup_steps: int = 100
     """Linear warmup."""
     decay_fraction: float = 0.25
-    """Cosine decay to zero over this last fraction of the steps (constant before it)."""
+    """Cosine decay to zero over this last fraction of the steps (constant before it), or of
+    max_minutes with schedule=minutes."""
+    schedule: str = "steps"
+    """steps: the LR schedule spans sft.steps. minutes: it spans sft.max_minutes of wall time and the
+    run ends there (sft.steps is then only a cap), so one setting fills the same time on a fast
+    machine and a slow one; the step count reached is logged. For equal-time comparisons and
+    time-budgeted presets."""
     weight_decay: float = 0.0
     """AdamW weight decay."""
     max_grad_norm: float = 1.0

@@ -148,7 +148,8 @@ RUN_LOG = "run.log"
 
 
 class MetricLogger:
-    def __init__(self, cfg: LoggerConfig, out_dir: Path, total_steps: int, run_config: Any = None):
+    def __init__(self, cfg: LoggerConfig, out_dir: Path, total_steps: int | None, run_config: Any = None):
+        """total_steps: the progress bar's length; None for a run that ends on a time budget (a count and rate)."""
         self.run_log = open(Path(out_dir) / RUN_LOG, "a", buffering=1)
         self._handler = logging.StreamHandler(self.run_log)
         self._handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s", "%Y-%m-%d %H:%M:%S"))

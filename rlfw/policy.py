@@ -34,7 +34,7 @@ from rlfw.models import DTYPES, compile_language_model
 from rlfw.models.processing import PolicyProcessor, collate
 from rlfw.models.weights import save_policy_weights
 from rlfw.rollout.types import Segment, TrainBatch, segment_key
-from rlfw.schedule import lr_factor
+from rlfw.schedule import lr_factor, lr_factor_by_time
 
 
 class PolicyTrainer:
@@ -111,23 +111,28 @@ class PolicyTrainer:
         return list(groups.values())
 
     # -- update ---------------------------------------------------------------------------------
-    def lr_at(self, step: int) -> float:
-        """The learning rate of training step `step` (1-based), shared by all its optimizer steps."""
+    def lr_at(self, step: int, progress: float | None = None) -> float:
+        """The learning rate of training step `step` (1-based), shared by all its optimizer steps.
+        `progress`, the fraction of a time budget spent (trainer.schedule=minutes), puts the cosine on
+        wall time instead of on total_steps."""
         a = self.algo
+        if progress is not None:
+            decay_fraction = 1.0 if a.lr_schedule == "cosine" else 0.0
+            return a.lr * lr_factor_by_time(step - 1, progress, a.warmup_steps, decay_fraction, a.min_lr_ratio)
         decay = self.total_steps - a.warmup_steps if a.lr_schedule == "cosine" else 0
         return a.lr * lr_factor(step - 1, self.total_steps, a.warmup_steps, decay, a.min_lr_ratio)
 
-    def update(self, batch: TrainBatch, step: int, seed: int = 0) -> dict[str, float]:
+    def update(self, batch: TrainBatch, step: int, seed: int = 0, lr_progress: float | None = None) -> dict[str, float]:
         """Training step `step` (1-based): `update_epochs` passes of mini-batches over the batch's segments.
 
         Mini-batches are cut at task-group boundaries (tasks_per_optimizer_step groups each). `seed`
         fixes the mini-batch order, so a resumed run repeats a step exactly. The LR is a function of
-        `step` alone (`rlfw.schedule`). A mini-batch whose loss or gradient is not finite makes no
+        `step` alone (`rlfw.schedule`), or of `lr_progress` too when given (trainer.schedule=minutes). A mini-batch whose loss or gradient is not finite makes no
         optimizer step and ends the update (`nonfinite` = 1); the caller stops before publishing.
         """
         a = self.algo
         for group in self.optimizer.param_groups:
-            group["lr"] = self.lr_at(step)
+            group["lr"] = self.lr_at(step, lr_progress)
         segments, advantages, groups = batch.segments, batch.advantages, batch.groups
         self.generator.manual_seed(seed)
         torch.manual_seed(seed)  # anything stochastic inside the forward pass repeats on resume

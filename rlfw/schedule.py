@@ -27,3 +27,18 @@ def lr_factor(step: int, total_steps: int, warmup_steps: int = 0, decay_steps: i
         return 1.0
     progress = min(1.0, (step - decay_start) / decay_steps)
     return min_ratio + (1 - min_ratio) * 0.5 * (1 + math.cos(math.pi * progress))
+
+
+def lr_factor_by_time(step: int, progress: float, warmup_steps: int = 0, decay_fraction: float = 0.0,
+                      min_ratio: float = 0.0) -> float:
+    """LR multiplier for a run sized by wall time: `progress` is the fraction of its time budget spent
+    (0 at the start, 1 at the limit), so the same schedule fills the budget on a fast machine and a
+    slow one. Warmup still counts 0-based steps; the cosine spans the last `decay_fraction` of the
+    time and reaches `min_ratio` at the limit, where the run stops."""
+    if step < warmup_steps:
+        return (step + 1) / warmup_steps
+    decay_start = 1.0 - decay_fraction
+    if decay_fraction <= 0 or progress < decay_start:
+        return 1.0
+    fraction = min(1.0, (progress - decay_start) / decay_fraction)
+    return min_ratio + (1 - min_ratio) * 0.5 * (1 + math.cos(math.pi * fraction))

@@ -27,7 +27,7 @@ from rlfw.models.processing import PolicyProcessor
 from rlfw.rollout.agent_loop import LoopLimits
 from rlfw.rollout.demos import DemoSampler, to_segment
 from rlfw.rollout.types import Segment
-from rlfw.schedule import lr_factor
+from rlfw.schedule import lr_factor, lr_factor_by_time
 
 register_configs()
 
@@ -75,8 +75,6 @@ def run_sft(cfg: SFTRunConfig, command: str | None = None) -> dict:
         compile_language_model(model)  # the training forward; evaluation below generates under force_eager
     params = [p for p in model.parameters() if p.requires_grad]
     optimizer = torch.optim.AdamW(params, lr=s.lr, weight_decay=s.weight_decay)
-    decay_steps = int(s.steps * s.decay_fraction)
-    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda i: lr_factor(i, s.steps, s.warmup_steps, decay_steps))
     sampler = DemoSampler(make_env, cfg.seed, s.states, s.noise, training_filter(cfg.env, s.eval_size),
                           s.junction_fraction)
     limits = LoopLimits(max_turns=cfg.env.max_turns, max_new_tokens=cfg.env.max_new_tokens,
@@ -84,11 +82,22 @@ def run_sft(cfg: SFTRunConfig, command: str | None = None) -> dict:
     sets = {cfg.env.eval_set: eval_tasks(cfg.env), "heldout": eval_tasks(cfg.env, "heldout", s.eval_size)}
     envs = [make_env() for _ in range(max(len(t) for t, _ in sets.values()))]
     engine = TransformersEngine(model, processor, merge_lora=False)  # evaluates the model being trained
-    logger = MetricLogger(cfg.logger, out_dir, total_steps=s.steps, run_config=cfg)
+    logger = MetricLogger(cfg.logger, out_dir, total_steps=s.steps if s.schedule == "steps" else None, run_config=cfg)
     command = command or "python -m rlfw.sft " + " ".join(_overrides())
     if cfg.model.train_autocast == "auto":
         logger.message(f"model.train_autocast=auto: {'bfloat16 autocast' if autocast else 'float32, no native bf16 here'}")
     started = time.perf_counter()
+    decay_steps = int(s.steps * s.decay_fraction)
+
+    def factor(i: int) -> float:
+        if s.schedule == "minutes":  # the cosine spans the wall-time budget, whatever the machine's speed
+            progress = (time.perf_counter() - started) / (60 * s.max_minutes)
+            return lr_factor_by_time(i, progress, s.warmup_steps, s.decay_fraction)
+        return lr_factor(i, s.steps, s.warmup_steps, decay_steps)
+
+    if s.schedule == "minutes":
+        logger.message(f"sft.schedule=minutes: the LR schedule spans {s.max_minutes} min; sft.steps={s.steps} is a cap")
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, factor)
 
     def run_eval(step: int) -> dict:
         metrics = {}
@@ -151,7 +160,8 @@ def run_sft_stage(cfg: Config) -> str:
     if final.exists():
         print(f"rlfw: SFT stage already done, RL starts from {final}", flush=True)
     else:
-        print(f"rlfw: SFT stage ({stage.sft.steps} steps) in {stage.sft.output_dir}, then RL", flush=True)
+        size = f"{stage.sft.max_minutes} min" if stage.sft.schedule == "minutes" else f"{stage.sft.steps} steps"
+        print(f"rlfw: SFT stage ({size}) in {stage.sft.output_dir}, then RL", flush=True)
         run_sft(stage, command="python -m rlfw.run " + " ".join(_overrides()) + "  # its SFT stage")
     return str(final.resolve())
 

@@ -242,7 +242,8 @@ def train(cfg: Config, out_dir: Path, model_path: str, policy, engine, logger) -
             engine.sleep()
             fresh = fresh_segments(demos, processor, a.oracle_fresh_states, step_seed(cfg.seed, step, 98))
             batch = train_batch(episodes, adv, cfg.algo, processor, fresh)
-            stats = policy.update(batch, step, seed=step_seed(cfg.seed, step, 99))
+            progress = elapsed_min() / t.max_minutes if t.schedule == "minutes" else None  # the LR on wall time
+            stats = policy.update(batch, step, seed=step_seed(cfg.seed, step, 99), lr_progress=progress)
             engine.wake_up()
             if stats["nonfinite"] or not np.isfinite(stats["loss"]):  # before anything is published
                 raise FloatingPointError(

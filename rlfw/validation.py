@@ -177,6 +177,9 @@ def validate(cfg: Config, environment: bool = True) -> None:
             errs.append(f"{key}={val} must be >= 0")
     if cfg.trainer.max_minutes is not None and cfg.trainer.max_minutes <= 0:
         errs.append(f"trainer.max_minutes={cfg.trainer.max_minutes} must be > 0 (or null for no time limit)")
+    errs += _choice(cfg.trainer.schedule, ["steps", "minutes"], "trainer.schedule")
+    if cfg.trainer.schedule == "minutes" and cfg.trainer.max_minutes is None:
+        errs.append("trainer.schedule=minutes spans trainer.max_minutes; set it (e.g. trainer.max_minutes=20)")
     if a.lr <= 0:
         errs.append(f"algo.lr={a.lr} must be > 0")
     if a.warmup_steps < 0 or not 0 <= a.min_lr_ratio <= 1:
@@ -245,6 +248,9 @@ def validate_sft(cfg: SFTRunConfig) -> None:
         errs.append(f"sft.stop_at_pass_at_1={s.stop_at_pass_at_1} must be in (0, 1]")
     if s.max_minutes is not None and s.max_minutes <= 0:
         errs.append(f"sft.max_minutes={s.max_minutes} must be > 0 (or null for no time limit)")
+    errs += _choice(s.schedule, ["steps", "minutes"], "sft.schedule")
+    if s.schedule == "minutes" and s.max_minutes is None:
+        errs.append("sft.schedule=minutes spans sft.max_minutes; set it (e.g. sft.max_minutes=30)")
     if errs:
         raise ConfigError("invalid config:\n  - " + "\n  - ".join(errs))
 

@@ -70,8 +70,8 @@ class PolicyWorker:
                                      ranks=ranks, fsdp=fsdp, autocast=autocast,
                                      compile=model_cfg.compile)
 
-    def update(self, batch: TrainBatch, step: int, seed: int = 0) -> dict[str, float]:
-        return self.trainer.update(batch, step, seed)
+    def update(self, batch: TrainBatch, step: int, seed: int = 0, lr_progress: float | None = None) -> dict[str, float]:
+        return self.trainer.update(batch, step, seed, lr_progress)
 
     def save_checkpoint(self, url: str, storage_options: dict) -> dict | None:
         """Write the trainer state to `url` (any fsspec URL); return its manifest entry (rank 0 writes

@@ -85,6 +85,8 @@ def test_wrong_type_fails_at_compose():
         (["trainer.resume_mode=from_path"], "trainer.resume_path"),
         (["cluster.max_trainer_restarts=-1"], "cluster.max_trainer_restarts=-1"),
         (["trainer.max_minutes=0"], "trainer.max_minutes=0"),
+        (["trainer.schedule=minutes"], "trainer.schedule=minutes spans trainer.max_minutes"),
+        (["trainer.schedule=hours", "trainer.max_minutes=5"], "trainer.schedule='hours' is not one of"),
         (["algo=gigpo", "env.history=full"], "needs env.history=none"),
         (["algo.module=rlfw_no_such_module"], "algo.module='rlfw_no_such_module' could not be imported"),
         (["model.train_autocast=float16"], "model.train_autocast='float16' is not one of"),
@@ -151,6 +153,11 @@ def test_sft_config_composes_and_rejects_noise_without_paths():
         validate_sft(load_sft(["sft.junction_fraction=1.5"]))
     with pytest.raises(ConfigError, match="sft.junction_fraction applies to sft.states=all_squares"):
         validate_sft(load_sft(["sft.states=oracle_path", "sft.junction_fraction=0.5"]))
+    with pytest.raises(ConfigError, match="sft.schedule=minutes spans sft.max_minutes"):
+        validate_sft(load_sft(["sft.schedule=minutes"]))
+    with pytest.raises(ConfigError, match="sft.schedule='hours'"):
+        validate_sft(load_sft(["sft.schedule=hours", "sft.max_minutes=5"]))
+    validate_sft(load_sft(["sft.schedule=minutes", "sft.max_minutes=5"]))
     with pytest.raises(ConfigError, match="model.train_autocast"):
         validate_sft(load_sft(["model.train_autocast=fp8"]))
     with pytest.raises(ConfigError, match="algo.step_gamma"):

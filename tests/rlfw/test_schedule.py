@@ -1,10 +1,10 @@
-"""rlfw.schedule.lr_factor: the one LR schedule of RL and SFT, with hand-computed values."""
+"""rlfw.schedule: the one LR schedule of RL and SFT, by steps or by wall time, with hand-computed values."""
 
 import math
 
 import pytest
 
-from rlfw.schedule import lr_factor
+from rlfw.schedule import lr_factor, lr_factor_by_time
 
 
 def test_warmup_constant_and_cosine_to_the_floor():
@@ -25,3 +25,12 @@ def test_sft_shape_is_constant_then_decays_over_the_last_fraction():
 
 def test_no_decay_is_constant():
     assert {lr_factor(i, 10) for i in range(10)} == {1.0}
+
+
+def test_by_time_warms_up_in_steps_then_decays_over_the_last_fraction_of_the_budget():
+    assert [lr_factor_by_time(i, 0.9, warmup_steps=4, decay_fraction=0.5) for i in range(4)] == [0.25, 0.5, 0.75, 1.0]
+    f = [lr_factor_by_time(10, p, warmup_steps=4, decay_fraction=0.5, min_ratio=0.1) for p in (0.0, 0.5, 0.75, 1.0, 1.2)]
+    assert f[:2] == [1.0, 1.0]  # constant through the first half of the time
+    assert f[2] == pytest.approx(0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * 0.5)))
+    assert f[3] == pytest.approx(0.1) and f[4] == pytest.approx(0.1)  # the floor at the limit and past it
+    assert {lr_factor_by_time(10, p) for p in (0.0, 0.99, 2.0)} == {1.0}

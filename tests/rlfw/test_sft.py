@@ -59,6 +59,18 @@ def test_sft_without_evaluations_stops_at_its_time_limit_without_one(tmp_path):
     assert not (tmp_path / "eval").exists() and not (tmp_path / "snapshots").exists()
 
 
+def test_sft_scheduled_by_minutes_decays_over_its_time_and_stops_there(tmp_path):
+    """schedule=minutes: the cosine spans max_minutes of wall time, not sft.steps (a cap here far
+    beyond reach), so the LR is near its peak early and near zero by the limit, where the run ends."""
+    cfg = _cfg(tmp_path, steps=100_000, batch_size=2, lr=1e-3, warmup_steps=0, decay_fraction=1.0,
+               eval_interval=0, eval_size=4, max_minutes=0.15, schedule="minutes")
+    run_sft(cfg)
+    lrs = [r["sft/lr"] for r in map(json.loads, (tmp_path / "metrics.jsonl").read_text().splitlines()) if "sft/lr" in r]
+    info = json.loads((tmp_path / "checkpoint" / "rlfw_sft.json").read_text())
+    assert 20 <= info["step"] < 100_000 and len(lrs) >= 2
+    assert lrs[0] > 0.9e-3 and lrs[-1] < 0.1e-3 and lrs == sorted(lrs, reverse=True), (info["step"], lrs)
+
+
 @pytest.mark.parametrize("mode, noise", [("all_squares", 0.0), ("oracle_path", 0.3)])
 def test_demonstrations_are_in_the_rl_turn_format(tmp_path, mode, noise):
     from rlfw.build import make_env_fn, prepare_base_model

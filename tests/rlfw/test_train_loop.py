@@ -73,3 +73,18 @@ def test_max_minutes_makes_the_step_that_passes_it_the_last(tmp_path):
     assert [p.name for p in (out / "checkpoints").glob("global_step_*")] == ["global_step_1"]
     assert [p.name for p in (out / "exports").iterdir()] == ["global_step_1"]
     assert "past trainer.max_minutes=0.0001; this step is the last" in (out / "run.log").read_text()
+
+
+def test_schedule_by_minutes_puts_the_cosine_on_the_time_budget(tmp_path):
+    """trainer.schedule=minutes with a step cap far beyond the time: the run ends at the step past
+    max_minutes, and its LR falls step by step with the time spent, not with total_steps (where the
+    cosine over 10,000 steps would still be at its peak)."""
+    out = tmp_path / "run"
+    cfg = compose_config(out, "experiment=debug", "trainer.total_steps=10000", "trainer.eval_interval=0",
+                         "trainer.schedule=minutes", "trainer.max_minutes=0.1", "algo.lr_schedule=cosine",
+                         "algo.lr=1e-3")
+    train_in_process(cfg)
+    lrs = [r["policy/lr"] for r in _rows(out) if "policy/lr" in r]
+    assert 2 <= len(lrs) < 10000
+    assert lrs == sorted(lrs, reverse=True) and lrs[-1] < 0.9 * lrs[0] and lrs[0] <= 1e-3, lrs
+    assert "past trainer.max_minutes=0.1; this step is the last" in (out / "run.log").read_text()

@@ -1,6 +1,8 @@
 """The update's bookkeeping: micro-batch weighting is exact, the LR schedule has the configured shape,
 and dynamic sampling keeps only groups whose rewards differ."""
 
+import math
+
 import pytest
 import torch
 
@@ -73,6 +75,10 @@ def test_lr_is_a_function_of_the_training_step(tmp_path):
     stats = policy.update(TrainBatch(segments, [1.0] * len(segments), groups), step=4)
     assert stats["lr"] == pytest.approx(1e-2 * lr_factor(3, 4, warmup_steps=2, decay_steps=2, min_ratio=0.1))
     assert policy.trainer.lr_at(1) == pytest.approx(0.5e-2)  # warmup: (0 + 1) / 2
+    # trainer.schedule=minutes: the cosine on the fraction of the time spent, whatever total_steps is
+    stats = policy.update(TrainBatch(segments, [1.0] * len(segments), groups), step=4, lr_progress=0.25)
+    assert stats["lr"] == pytest.approx(1e-2 * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * 0.25))))
+    assert policy.trainer.lr_at(1, progress=0.9) == pytest.approx(0.5e-2)  # warmup still counts steps
 
 
 def test_kl_term_is_reduced_with_the_policy_terms_token_budget(tmp_path):
