@@ -25,8 +25,7 @@ def lr_factor(step: int, total_steps: int, warmup_steps: int = 0, decay_steps: i
     decay_start = total_steps - decay_steps
     if decay_steps <= 0 or step < decay_start:
         return 1.0
-    progress = min(1.0, (step - decay_start) / decay_steps)
-    return min_ratio + (1 - min_ratio) * 0.5 * (1 + math.cos(math.pi * progress))
+    return _cosine((step - decay_start) / decay_steps, min_ratio)
 
 
 def lr_factor_by_time(step: int, progress: float, warmup_steps: int = 0, decay_fraction: float = 0.0,
@@ -40,5 +39,9 @@ def lr_factor_by_time(step: int, progress: float, warmup_steps: int = 0, decay_f
     decay_start = 1.0 - decay_fraction
     if decay_fraction <= 0 or progress < decay_start:
         return 1.0
-    fraction = min(1.0, (progress - decay_start) / decay_fraction)
-    return min_ratio + (1 - min_ratio) * 0.5 * (1 + math.cos(math.pi * fraction))
+    return _cosine((progress - decay_start) / decay_fraction, min_ratio)
+
+
+def _cosine(fraction: float, min_ratio: float) -> float:
+    """From 1 at `fraction` 0 to `min_ratio` at 1 and past it."""
+    return min_ratio + (1 - min_ratio) * 0.5 * (1 + math.cos(math.pi * min(1.0, fraction)))
