@@ -9,6 +9,7 @@ config is composed, before anything runs. Cross-field checks that a schema canno
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Optional
 
 from hydra.core.config_store import ConfigStore
@@ -628,6 +629,14 @@ def repo_root() -> str:
     from pathlib import Path
 
     return str(Path(__file__).resolve().parents[1])
+
+
+def rl_start_model(cfg: Config | SFTRunConfig | EvalRunConfig) -> str:
+    """The model folder a run's policy starts from: for an rlfw.run run with an SFT stage
+    (Config.sft_stage), the stage's checkpoint, not model.path. Whatever rebuilds a run's policy
+    from its saved config (an adapter's base: scripts/merge_adapter.py, failure_analysis.py) uses it."""
+    stage = getattr(cfg, "sft_stage", None)
+    return str(Path(stage.output_dir) / "checkpoint") if stage is not None else cfg.model.path
 
 
 def sft_stage_config(cfg: Config) -> SFTRunConfig:

@@ -21,7 +21,7 @@ import hydra
 import torch
 from omegaconf import DictConfig, OmegaConf
 
-from rlfw.config import Config, SFTRunConfig, register_configs, sft_stage_config
+from rlfw.config import Config, SFTRunConfig, register_configs, rl_start_model, sft_stage_config
 from rlfw.validation import validate_sft
 from rlfw.models.processing import PolicyProcessor
 from rlfw.rollout.agent_loop import LoopLimits
@@ -156,7 +156,7 @@ def run_sft_stage(cfg: Config) -> str:
     starts from. A finished stage (its checkpoint folder, written whole or not at all) is reused, so
     a resubmitted job goes straight back to RL; an interrupted one starts the stage again."""
     stage = sft_stage_config(cfg)
-    final = Path(stage.sft.output_dir) / "checkpoint"
+    final = Path(rl_start_model(cfg))
     if final.exists():
         print(f"rlfw: SFT stage already done, RL starts from {final}", flush=True)
     else:

@@ -15,8 +15,9 @@ The env (and, for `--policy`, the base model) is the one the run was started wit
 `<run>/config.yaml` (rlfw.config_io), not a config recomposed from today's `conf/`.
 
 With `--policy` (the policy that played those episodes: a model folder, or a PEFT adapter folder on
-top of the run's `model.path`) it also reports how sure the policy was where it first went wrong:
-the probability it gave the oracle's move there. A policy unsure at those squares can still find the
+top of the run's base, its SFT stage's checkpoint where it had one, else its `model.path`) it also
+reports how sure the policy was where it first went wrong: the probability it gave the oracle's move
+there. A policy unsure at those squares can still find the
 right move by sampling; one that is confidently wrong rarely samples it, so RL's outcome reward
 rarely gets to reward it.
 """
@@ -33,6 +34,7 @@ import torch
 from envs.actions import STOP, parse_action
 from envs.layout import open_moves, parse_layout
 from rlfw.build import eval_tasks, make_env_fn
+from rlfw.config import rl_start_model
 from rlfw.config_io import RUN_CONFIG_FILE, load_run_config
 
 KINDS = ("corridor", "junction", "dead_end", "on_target")
@@ -45,7 +47,7 @@ def square_kind(walls, agent) -> str:
 
 
 def load_policy_for_scoring(path: Path, base: str | None):
-    """A model folder, or a PEFT adapter folder applied to `base` (the run's model.path). A folder
+    """A model folder, or a PEFT adapter folder applied to `base` (the run's base model). A folder
     without processor files of its own (`lora_sync/vN`) uses the processor of `base`."""
     from transformers import AutoModelForImageTextToText
 
@@ -55,8 +57,9 @@ def load_policy_for_scoring(path: Path, base: str | None):
     adapter = (path / "adapter_config.json").exists()
     processor_from = path if (path / "preprocessor_config.json").exists() else base
     if base is None and (adapter or processor_from is None):
-        raise SystemExit(f"{path} needs the run's base model, and the run's model.path is not set")
-    if (adapter or processor_from == base) and (errs := model_folder_errors(base, "the run's model.path")):
+        raise SystemExit(f"{path} needs the run's base model, and the run's model.path is not set: "
+                         "give it with --base")
+    if (adapter or processor_from == base) and (errs := model_folder_errors(base, "the run's base model")):
         raise SystemExit(f"{path} needs the run's base model, and {errs[0]} (moved or deleted?): "
                          "give its folder with --base")
     processor = PolicyProcessor.from_pretrained(processor_from)
@@ -145,8 +148,8 @@ def main() -> None:
     ap.add_argument("--policy", type=Path, help="the policy that played the chosen steps' episodes (a model "
                     "folder, or an adapter folder such as <run>/lora_sync/vN): also report how sure it was "
                     "where it went wrong")
-    ap.add_argument("--base", help="with --policy: the base model folder, where the run's model.path "
-                    "has moved since (default: the run's model.path)")
+    ap.add_argument("--base", help="with --policy: the base model folder, where the run's has moved since "
+                    "(default: its SFT stage's checkpoint where it had one, else its model.path)")
     args = ap.parse_args()
     if args.policy and (not args.steps or len(args.steps) != 1):
         ap.error("--policy scores one evaluation's episodes: give the step it played with --steps N")
@@ -157,7 +160,7 @@ def main() -> None:
     env_cfg = cfg.env
     policy = None
     if args.policy:
-        policy = load_policy_for_scoring(args.policy, args.base or cfg.model.path)
+        policy = load_policy_for_scoring(args.policy, args.base or rl_start_model(cfg))
         policy[0].eval()
     env = make_env_fn(env_cfg)().unwrapped
     saved = sorted(int(p.name.split("_")[1]) for p in (args.run / "eval").glob("step_*"))

@@ -4,8 +4,9 @@
     python scripts/merge_adapter.py runs/<run> --step 220 --out <folder> --base checkpoints/tiny_vl_maze_sft
 
 The adapter is `<run>/lora_sync/v<N>`: the policy after step N's update, the one the run evaluated
-at step N. The base is the run's `model.path` from its saved `config.yaml` (rlfw.config_io), or
-`--base` where that folder has moved. The folder takes `model.path=` (further training, `python -m
+at step N. The base is the model the run's RL started from, read from its saved `config.yaml`
+(rlfw.config_io): its SFT stage's checkpoint where it had one (`sft_stage`), else its `model.path`;
+or `--base` where that folder has moved. The folder takes `model.path=` (further training, `python -m
 rlfw.eval`) as it is. Beside the weights and the base's processor it holds `rlfw_rl.json`: the run's
 command, the step, the seed, where the adapter and base came from, and the run's own evaluation
 metrics at that step, so anyone can re-evaluate the folder against them. The run names its env's
@@ -19,6 +20,7 @@ import argparse
 import json
 from pathlib import Path
 
+from rlfw.config import rl_start_model
 from rlfw.config_io import RUN_CONFIG_FILE, load_run_config
 
 
@@ -63,8 +65,8 @@ def merge(run: Path, step: int, out: Path, base: str | None = None) -> dict:
         raise SystemExit(f"{adapter} holds no adapter_config.json: no LoRA adapter of step {step} in this run "
                          f"(saved: {saved or 'none'}; the run keeps the last two, and a full fine-tuning run "
                          "has no adapter to merge)")
-    base = base or cfg.model.path
-    if errs := model_folder_errors(base, "the run's model.path"):
+    base = base or rl_start_model(cfg)  # an SFT stage's checkpoint, where the run had one
+    if errs := model_folder_errors(base, "the run's base model"):
         raise SystemExit(f"{errs[0]}: give the base model folder with --base")
     metrics = step_metrics(run, step, cfg.env.name, cfg.env.eval_set)
     if not any(k.startswith("eval/") for k in metrics):  # a training row's elapsed time is not an evaluation
@@ -83,7 +85,8 @@ def main() -> None:
     ap.add_argument("run", type=Path, help=f"an rlfw.run run folder ({RUN_CONFIG_FILE}, lora_sync/vN/, metrics.jsonl)")
     ap.add_argument("--step", type=int, required=True, help="the step whose adapter to merge (one the run evaluated)")
     ap.add_argument("--out", type=Path, required=True, help="the model folder to write (replaced whole if it exists)")
-    ap.add_argument("--base", help="the base model folder, where the run's model.path has moved since")
+    ap.add_argument("--base", help="the base model folder, where the run's (its model.path, or its SFT "
+                    "stage's checkpoint) has moved since")
     args = ap.parse_args()
     record = merge(args.run, args.step, args.out, args.base)
     scores = {k: v for k, v in record.items() if k.endswith("/pass_at_1")}

@@ -89,6 +89,46 @@ def test_the_merged_folder_computes_what_base_plus_adapter_did_and_records_the_r
     assert record["adapter"] == str(run / "lora_sync" / "v3") and record["base"] == str(CKPT)
 
 
+def test_a_run_with_an_sft_stage_merges_onto_the_stage_checkpoint_not_model_path(tmp_path):
+    """RL of `experiment=maze_sft_then_dagger` trains its adapter on the stage's checkpoint; merged onto
+    the config's model.path (the stage's own start) it would be a different, silently worse policy."""
+    from peft import PeftModel
+
+    from rlfw.build import build_policy_model
+    from rlfw.config_io import save_run_config
+    from rlfw.models import load_policy, save_model_folder
+    from rlfw.models.weights import save_policy_weights
+    from tests.rlfw.inprocess import compose_config
+
+    run = tmp_path / "run"
+    cfg = compose_config(run, "experiment=maze_sft_then_dagger", "model.lora.rank=4", f"model.path={CKPT}")
+    run.mkdir()
+    save_run_config(cfg, run)
+    stage = run / "sft_stage" / "checkpoint"
+    model, processor = load_policy(CKPT)
+    torch.manual_seed(1)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(0.02 * torch.randn_like(p))
+    save_model_folder(model, processor, stage, "rlfw_sft.json", {"step": 1})
+    adapter_model, _ = build_policy_model(cfg.model, str(stage))
+    with torch.no_grad():
+        for name, p in adapter_model.named_parameters():
+            if "lora_B" in name:
+                p.normal_(0, 0.05)
+    save_policy_weights(adapter_model, run / "lora_sync", 3)
+    (run / "metrics.jsonl").write_text(json.dumps({"step": 3, "eval/maze/pass_at_1": 0.5}) + "\n")
+
+    record = ma.merge(run, 3, tmp_path / "out")
+    assert record["base"] == str(stage)
+    ids = torch.tensor([processor.tokenizer("go to the target, then stop")["input_ids"]])
+    got = _logits(load_policy(tmp_path / "out")[0].eval(), ids)
+    on_stage = _logits(PeftModel.from_pretrained(load_policy(stage)[0], str(run / "lora_sync" / "v3")).eval(), ids)
+    on_start = _logits(PeftModel.from_pretrained(load_policy(CKPT)[0], str(run / "lora_sync" / "v3")).eval(), ids)
+    assert torch.allclose(got, on_stage, atol=1e-5)
+    assert (got - on_start).abs().max() > 1e-3
+
+
 def test_a_step_without_an_adapter_or_an_evaluation_and_a_moved_base_are_refused_before_loading(run, tmp_path):
     out = tmp_path / "out"
     with pytest.raises(SystemExit, match=r"no LoRA adapter of step 5 .*saved: \[2, 3\]"):

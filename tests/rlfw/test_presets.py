@@ -21,8 +21,8 @@ def _rows(out: Path) -> list[dict]:
 
 
 def test_the_main_job_preset_runs_two_steps(tmp_path):
-    """The README's main job, `experiment=maze_from_sft_dagger`: maze_from_sft's settings plus the
-    oracle term and the speed settings (tests/rlfw/test_oracle_term.py checks it differs from
+    """The RL stage of the README's main job, `experiment=maze_from_sft_dagger`: maze_from_sft's
+    settings plus the oracle term and the speed settings (tests/rlfw/test_oracle_term.py checks it differs from
     maze_from_sft in nothing else). Without the compile, whose two minutes would buy two steps
     nothing; tests/rlfw/test_train_speed.py (slow) checks the compiled forward."""
     out = tmp_path / "run"

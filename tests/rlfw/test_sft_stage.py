@@ -18,16 +18,20 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_the_preset_is_the_dagger_preset_after_an_sft_stage(tmp_path):
-    """maze_sft_then_dagger = maze_from_sft_dagger + the stage, sized for its measured time; nothing else."""
+    """maze_sft_then_dagger = maze_from_sft_dagger + the stage, both sized by wall time; nothing else."""
     dagger = compose_config(tmp_path, "experiment=maze_from_sft_dagger")
     staged = compose_config(tmp_path, "experiment=maze_sft_then_dagger")
     assert dagger.sft_stage is None
     s = staged.sft_stage
-    assert (s.steps, s.lr, s.decay_fraction, s.eval_interval, s.states) == (580, 5e-4, 1.0, 0, "all_squares")
+    assert (s.lr, s.decay_fraction, s.eval_interval, s.states) == (5e-4, 1.0, 0, "all_squares")
+    assert s.junction_fraction == 0.5
+    assert (s.schedule, s.max_minutes) == ("minutes", 20)  # both halves sized by wall time; steps are caps
     assert s.output_dir == str(tmp_path / "sft_stage")  # inside the run's folder, so a resubmitted job finds it
-    assert (staged.trainer.total_steps, staged.trainer.max_minutes, staged.model.compile) == (70, 17, False)
+    t = staged.trainer
+    assert (t.schedule, t.max_minutes, staged.model.compile) == ("minutes", 20, False)
     staged.sft_stage, staged.model.compile = None, dagger.model.compile
-    staged.trainer.total_steps, staged.trainer.max_minutes = dagger.trainer.total_steps, dagger.trainer.max_minutes
+    t.total_steps, t.max_minutes, t.schedule = (dagger.trainer.total_steps, dagger.trainer.max_minutes,
+                                                dagger.trainer.schedule)
     assert staged == dagger
 
 
@@ -40,6 +44,16 @@ def test_the_stage_group_turns_it_on_for_any_preset_and_off_for_this_one(tmp_pat
     mine.sft_stage.steps = staged.sft_stage.steps
     assert mine.sft_stage == staged.sft_stage
     assert compose_config(tmp_path, "experiment=maze_sft_then_dagger", "~sft_stage").sft_stage is None
+
+
+def test_a_staged_run_starts_from_its_stage_checkpoint_and_others_from_model_path(tmp_path):
+    """rl_start_model: what merge_adapter and failure_analysis take as a run's base, from its config."""
+    from rlfw.config import rl_start_model
+
+    staged = compose_config(tmp_path, "experiment=maze_sft_then_dagger")
+    assert rl_start_model(staged) == str(tmp_path / "sft_stage" / "checkpoint")
+    plain = compose_config(tmp_path, "experiment=maze_sft_then_dagger", "~sft_stage")
+    assert rl_start_model(plain) == plain.model.path
 
 
 def test_bad_stage_settings_are_refused_under_their_own_keys(tmp_path):
@@ -55,8 +69,9 @@ def _weights(folder: Path) -> dict:
 def _run(out: Path, *extra: str) -> subprocess.CompletedProcess:
     cmd = [sys.executable, "-m", "rlfw.run", "experiment=maze_sft_then_dagger", "sft_stage.steps=4",
            "sft_stage.batch_size=8", "trainer.total_steps=1", "trainer.eval_interval=1", "trainer.heldout_eval_size=0",
-           "env.eval_set=eval64", "trainer.ckpt_interval=1", "trainer.max_minutes=null", "algo.tasks_per_step=2",
-           "algo.tasks_per_optimizer_step=2", "logger=console", f"trainer.output_dir={out}", *extra]
+           "env.eval_set=eval64", "trainer.ckpt_interval=1", "trainer.max_minutes=null", "trainer.schedule=steps",
+           "algo.tasks_per_step=2", "algo.tasks_per_optimizer_step=2", "logger=console", f"trainer.output_dir={out}",
+           *extra]
     proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return proc
