@@ -626,8 +626,6 @@ class ServeRunConfig:
 
 def repo_root() -> str:
     """The folder holding conf/ and the shipped checkpoints (for `${rlfw_root:}` in YAML)."""
-    from pathlib import Path
-
     return str(Path(__file__).resolve().parents[1])
 
 
