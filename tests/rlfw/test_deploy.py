@@ -59,3 +59,28 @@ def test_the_pins_match_the_versions_ci_runs_here():
     for name in ("transformers", "peft", "hydra-core", "omegaconf", "ray", "gymnasium", "safetensors", "wandb"):
         assert version(name) == pins[name], name
     assert version("torch").split("+")[0] == pins["torch"]
+
+
+def test_the_cpu_environment_is_the_lock():
+    """scripts/setup.sh installs under constraints-cpu.txt, the lock of what CI tests: every locked
+    package is installed at its locked version (a new release on the registry changes nothing)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    lock = {}
+    for line in (ROOT / "constraints-cpu.txt").read_text().splitlines():
+        line = line.split("#")[0].strip()
+        if line:
+            assert "==" in line, f"unpinned: {line}"
+            name, pinned = line.split("==")
+            lock[name] = pinned
+    assert lock["torch"] == _pins()["torch"]
+    assert lock["transformers"] == _pins()["transformers"]
+    wrong = {}
+    for name, pinned in lock.items():
+        try:
+            installed = version(name)
+        except PackageNotFoundError:
+            continue  # locked but not needed by what this environment installed
+        if installed.split("+")[0] != pinned:
+            wrong[name] = (installed, pinned)
+    assert not wrong, f"installed vs locked: {wrong}"
