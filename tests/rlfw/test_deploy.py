@@ -21,9 +21,10 @@ def _declared() -> set[str]:
     return {_name(r) for r in reqs if r.strip() and not r.strip().startswith("#")}
 
 
-def _pins() -> dict[str, str]:
+def _pins(path: Path = DOCKER / "constraints-gpu.txt") -> dict[str, str]:
+    """A constraints file's `name==version` lines (every line must pin one)."""
     pins = {}
-    for line in (DOCKER / "constraints-gpu.txt").read_text().splitlines():
+    for line in path.read_text().splitlines():
         line = line.split("#")[0].strip()
         if line:
             assert "==" in line, f"unpinned: {line}"
@@ -66,13 +67,7 @@ def test_the_cpu_environment_is_the_lock():
     package is installed at its locked version (a new release on the registry changes nothing)."""
     from importlib.metadata import PackageNotFoundError, version
 
-    lock = {}
-    for line in (ROOT / "constraints-cpu.txt").read_text().splitlines():
-        line = line.split("#")[0].strip()
-        if line:
-            assert "==" in line, f"unpinned: {line}"
-            name, pinned = line.split("==")
-            lock[name] = pinned
+    lock = _pins(ROOT / "constraints-cpu.txt")
     assert lock["torch"] == _pins()["torch"]
     assert lock["transformers"] == _pins()["transformers"]
     wrong = {}
