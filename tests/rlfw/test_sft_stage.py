@@ -25,10 +25,10 @@ def test_the_preset_is_the_dagger_preset_after_an_sft_stage(tmp_path):
     s = staged.sft_stage
     assert (s.lr, s.decay_fraction, s.eval_interval, s.states) == (5e-4, 1.0, 0, "all_squares")
     assert s.junction_fraction == 0.5
-    assert (s.schedule, s.max_minutes) == ("minutes", 20)  # both halves sized by wall time; steps are caps
+    assert (s.schedule, s.max_minutes) == ("minutes", 28)  # both halves sized by wall time; steps are caps
     assert s.output_dir == str(tmp_path / "sft_stage")  # inside the run's folder, so a resubmitted job finds it
     t = staged.trainer
-    assert (t.schedule, t.max_minutes, staged.model.compile) == ("minutes", 20, False)
+    assert (t.schedule, t.max_minutes, staged.model.compile) == ("minutes", 12, False)
     staged.sft_stage, staged.model.compile = None, dagger.model.compile
     t.total_steps, t.max_minutes, t.schedule = (dagger.trainer.total_steps, dagger.trainer.max_minutes,
                                                 dagger.trainer.schedule)
