@@ -41,10 +41,16 @@ run() {  # run NAME TIMEOUT_S CMD...: log to $OUT/NAME.log, one summary line
   note "$name: $([ $rc -eq 0 ] && echo PASSED || echo "FAILED (exit $rc)") in $((SECONDS - t0)) s"
 }
 
-run gpu_tests 300 "$PY" -m pytest -q -p no:cacheprovider -m gpu tests/rlfw/test_gpu.py
-run vllm_cuda_debug_run 360 "$PY" -m rlfw.run experiment=debug model=tiny_vl_sft cluster=single_gpu \
-  cluster.vllm.memory_utilization=0.3 cluster.vllm.max_lora_rank=16 model.lora.rank=16 env.eval_size=16 \
-  logger=console trainer.output_dir="$OUT/vllm_run"
+has() { "$PY" -c "import $1" > /dev/null 2>&1; }
+run gpu_tests 300 "$PY" -m pytest -q -rs -p no:cacheprovider -m gpu tests/rlfw/test_gpu.py
+grep -E "passed|failed|skipped|SKIPPED|error" "$OUT/gpu_tests.log" | tail -4 | tee -a "$summary"
+if ! has vllm || ! has ray; then
+  note "vllm_cuda_debug_run: SKIPPED (needs the CUDA vllm and ray in this Python)"
+else
+  run vllm_cuda_debug_run 360 "$PY" -m rlfw.run experiment=debug model=tiny_vl_sft cluster=single_gpu \
+    cluster.vllm.memory_utilization=0.3 cluster.vllm.max_lora_rank=16 model.lora.rank=16 env.eval_size=16 \
+    logger=console trainer.output_dir="$OUT/vllm_run"
+fi
 if [ -f "$OUT/vllm_run/metrics.jsonl" ]; then
   "$PY" - "$OUT/vllm_run/metrics.jsonl" <<'PYEOF' 2>&1 | tee -a "$summary"
 import json, sys
