@@ -230,7 +230,12 @@ class ModelConfig:
     gradients and AdamW stay in model.dtype). auto: bfloat16 where the training device has native bf16
     (a CUDA GPU that supports it; a CPU with AVX512_BF16 or AMX), plain model.dtype elsewhere, since an
     AVX2-only CPU emulates bf16 matmuls many times slower (rlfw.models.native_bf16). None: plain
-    model.dtype. Generation is not affected."""
+    model.dtype. Generation is not affected (model.engine_autocast)."""
+    engine_autocast: Optional[str] = None
+    """The same choice for generation in rlfw's transformers engine (rollouts and evaluations): its
+    prefill and decode run under torch.autocast in bf16; sampling and the log-probs it returns are
+    float32 over the bf16 logits. auto: bfloat16 where the engine's device has native bf16. None:
+    plain model.dtype. The vLLM engine has its own dtype (cluster.vllm)."""
     compile: bool = False
     """torch.compile the language model for training (dynamic shapes; generation and the vision tower
     stay eager). The first two training steps pay for it, about 2 minutes for tiny_vl on 2 cores."""

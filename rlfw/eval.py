@@ -69,7 +69,8 @@ def build_policy_engine(cfg: EvalRunConfig, model_path: str):
         adapter_cfg = json.loads((Path(v.adapter) / "adapter_config.json").read_text())
         policy.update(adapter=str(Path(v.adapter).resolve()), adapter_base=adapter_cfg.get("base_model_name_or_path"),
                       adapter_rank=adapter_cfg.get("r"))
-    engine = TransformersEngine(model.requires_grad_(False), processor, max_batch_size=v.batch_size, device=v.device)
+    engine = TransformersEngine(model.requires_grad_(False), processor, max_batch_size=v.batch_size, device=v.device,
+                                autocast=cfg.model.engine_autocast)
     return engine, processor, policy
 
 

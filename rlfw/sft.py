@@ -81,7 +81,8 @@ def run_sft(cfg: SFTRunConfig, command: str | None = None) -> dict:
                         max_episode_tokens=cfg.env.max_episode_tokens, history="none")
     sets = {cfg.env.eval_set: eval_tasks(cfg.env), "heldout": eval_tasks(cfg.env, "heldout", s.eval_size)}
     envs = [make_env() for _ in range(max(len(t) for t, _ in sets.values()))]
-    engine = TransformersEngine(model, processor, merge_lora=False)  # evaluates the model being trained
+    engine = TransformersEngine(model, processor, merge_lora=False,  # evaluates the model being trained
+                                autocast=cfg.model.engine_autocast)
     logger = MetricLogger(cfg.logger, out_dir, total_steps=s.steps if s.schedule == "steps" else None, run_config=cfg)
     command = command or "python -m rlfw.sft " + " ".join(_overrides())
     if cfg.model.train_autocast == "auto":

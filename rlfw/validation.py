@@ -24,12 +24,15 @@ def _choice(value: str, valid: list[str], key: str) -> list[str]:
 
 
 def _training_speed_errors(model) -> list[str]:
-    """model.train_autocast, checked where a policy is trained (RL and SFT). model.attn_implementation
+    """model.train_autocast and engine_autocast, checked where a policy is trained (RL and SFT). model.attn_implementation
     is checked by transformers when the policy loads, with the kernels this install has."""
-    errs = _choice(model.train_autocast, [None, "auto", "bfloat16"], "model.train_autocast")
-    if model.train_autocast and model.dtype != "float32":
-        errs.append(f"model.train_autocast={model.train_autocast} autocasts a float32 model; "
-                    f"model.dtype={model.dtype} is already low precision: set one of them")
+    errs = []
+    for key in ("train_autocast", "engine_autocast"):
+        value = getattr(model, key)
+        errs += _choice(value, [None, "auto", "bfloat16"], f"model.{key}")
+        if value and model.dtype != "float32":
+            errs.append(f"model.{key}={value} autocasts a float32 model; "
+                        f"model.dtype={model.dtype} is already low precision: set one of them")
     return errs
 
 

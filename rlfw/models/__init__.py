@@ -32,18 +32,19 @@ def native_bf16(device: str | torch.device = "cpu") -> bool:
     return device.type == "cpu" and (torch.cpu._is_avx512_bf16_supported() or torch.cpu._is_amx_tile_supported())
 
 
-def resolve_train_autocast(value: str | None, device: str | torch.device = "cpu") -> str | None:
-    """model.train_autocast as the training forward uses it: "auto" is "bfloat16" where `device` has
-    native bf16 (`native_bf16`) and None (plain float32) elsewhere; "bfloat16" stays, with a warning
-    where it would be emulated; None stays None."""
+def resolve_train_autocast(value: str | None, device: str | torch.device = "cpu",
+                           key: str = "model.train_autocast") -> str | None:
+    """model.train_autocast (or model.engine_autocast, named by `key`) as the forward uses it: "auto"
+    is "bfloat16" where `device` has native bf16 (`native_bf16`) and None (plain float32) elsewhere;
+    "bfloat16" stays, with a warning where it would be emulated; None stays None."""
     if value == "auto":
         return "bfloat16" if native_bf16(device) else None
     if value == "bfloat16" and not native_bf16(device):
         import warnings
 
-        warnings.warn(f"model.train_autocast=bfloat16 on {torch.device(device)}, which has no native bf16 "
+        warnings.warn(f"{key}=bfloat16 on {torch.device(device)}, which has no native bf16 "
                       "(no AVX512_BF16 or AMX): torch emulates its matmuls, many times slower than float32. "
-                      "model.train_autocast=auto uses bf16 only where the hardware has it.", stacklevel=2)
+                      f"{key}=auto uses bf16 only where the hardware has it.", stacklevel=2)
     return value
 
 

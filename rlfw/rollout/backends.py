@@ -14,7 +14,7 @@ def _transformers(model_cfg: ModelConfig, path: str, cluster: ClusterConfig, dev
     from rlfw.rollout.engine import TransformersEngine
 
     model, processor = build_policy_model(model_cfg, path)
-    return TransformersEngine(model.requires_grad_(False), processor, device=device)
+    return TransformersEngine(model.requires_grad_(False), processor, device=device, autocast=model_cfg.engine_autocast)
 
 
 def _vllm(model_cfg: ModelConfig, path: str, cluster: ClusterConfig, device: str):

@@ -52,9 +52,13 @@ class TransformersEngine:
     """
 
     def __init__(self, model: torch.nn.Module, processor: PolicyProcessor, max_batch_size: int = 64,
-                 device: str = "cpu", merge_lora: bool = True):
+                 device: str = "cpu", merge_lora: bool = True, autocast: str | None = None):
+        from rlfw.models import resolve_train_autocast
+
         self.model = model.to(device).eval()
         self.device = torch.device(device)
+        # model.engine_autocast: the forward passes in bf16, sampling in float32 over their logits
+        self.autocast = resolve_train_autocast(autocast, self.device, key="model.engine_autocast")
         self.processor = processor
         self.max_batch_size = max_batch_size
         self.weights_version = 0
@@ -101,7 +105,8 @@ class TransformersEngine:
         if "pixel_values" not in batch:  # text only: positions count real tokens, not left padding
             pos = (batch["attention_mask"].cumsum(-1) - 1).clamp(min=0)
             batch["position_ids"] = pos.unsqueeze(0).expand(3, -1, -1)
-        out = self.model(**batch, use_cache=True)
+        with self._autocast():
+            out = self.model(**batch, use_cache=True)
         cache = out.cache
         index = torch.tensor(rows, device=self.device)
         cache.reorder_cache(index)  # copy each distinct prompt's KV rows to all of its samples
@@ -134,8 +139,9 @@ class TransformersEngine:
                 break
             attention = torch.cat([attention, torch.ones(n, 1, dtype=attention.dtype, device=dev)], dim=1)
             pos = (next_pos + t).unsqueeze(0).expand(3, -1, -1)  # [3, B, 1]
-            out = self.model(input_ids=token[:, None], attention_mask=attention, position_ids=pos,
-                             cache=cache, use_cache=True)
+            with self._autocast():
+                out = self.model(input_ids=token[:, None], attention_mask=attention, position_ids=pos,
+                                 cache=cache, use_cache=True)
             cache = out.cache
             logits = out.logits[:, -1].float()
 
@@ -145,6 +151,9 @@ class TransformersEngine:
             k = min(k, t + 1)
             completions.append(Completion(row_ids[:k], row_lps[:k], finished=row_ids[k - 1] == p.eos_token_id))
         return completions
+
+    def _autocast(self):
+        return torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.autocast is not None)
 
     def _inner(self):
         """The Qwen-VL backbone that holds `rope_deltas` (under PEFT's wrappers when LoRA is on)."""

@@ -9,12 +9,18 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def test_bench_rollout_smoke():
-    proc = subprocess.run([sys.executable, "scripts/bench_rollout.py", "--smoke"], cwd=ROOT,
-                          capture_output=True, text=True, timeout=300)
+def _smoke(script: str) -> str:
+    """`python scripts/<script> --smoke`'s output; it must exit 0."""
+    proc = subprocess.run([sys.executable, f"scripts/{script}", "--smoke"], cwd=ROOT, capture_output=True, text=True,
+                          timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]
-    assert "| episodes/s |" in proc.stdout and "| s per training step (rollout + update) |" in proc.stdout
-    assert "| batched generate | per-episode generate | rlfw / batched | rlfw / per-episode |" in proc.stdout
+    return proc.stdout
+
+
+def test_bench_rollout_smoke():
+    out = _smoke("bench_rollout.py")
+    assert "| episodes/s |" in out and "| s per training step (rollout + update) |" in out
+    assert "| batched generate | per-episode generate | rlfw / batched | rlfw / per-episode |" in out
 
 
 @pytest.mark.slow  # about a minute: every section of bench.py; the sections' own smokes stay in the default run
@@ -38,10 +44,8 @@ def test_bench_smoke_writes_every_section(tmp_path):
 
 
 def test_bench_checkpoint_smoke():
-    proc = subprocess.run([sys.executable, "scripts/bench_checkpoint.py", "--smoke"], cwd=ROOT,
-                          capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    assert "| LoRA r16 |" in proc.stdout and "| full fine-tuning |" in proc.stdout
+    out = _smoke("bench_checkpoint.py")
+    assert "| LoRA r16 |" in out and "| full fine-tuning |" in out
 
 
 def test_plot_curves_and_before_after_table(tmp_path):
@@ -69,3 +73,10 @@ def test_bench_prompt_length_smoke():
             if line.startswith("| as used") or line.startswith("| 30 text tokens cut")}
     assert float(rows["as used"]) - float(rows["30 text tokens cut"]) == 30
     assert "speed-up from the shorter prompt" in proc.stdout
+
+
+def test_bench_engine_autocast_smoke():
+    """scripts/bench_engine_autocast.py: both engines timed, and the greedy check compares their replies."""
+    out = _smoke("bench_engine_autocast.py")
+    assert "| float32 |" in out and "| bf16 autocast |" in out
+    assert "first turns of 4 mazes, greedy: the same reply on" in out

@@ -91,6 +91,7 @@ def test_wrong_type_fails_at_compose():
         (["algo.module=rlfw_no_such_module"], "algo.module='rlfw_no_such_module' could not be imported"),
         (["model.train_autocast=float16"], "model.train_autocast='float16' is not one of"),
         (["model.train_autocast=bfloat16", "model.dtype=bfloat16"], "autocasts a float32 model"),
+        (["model.engine_autocast=fp16"], "model.engine_autocast='fp16' is not one of"),
         (["model.compile=true", "cluster=local_2ranks"], "model.compile=true is not supported with cluster.trainer_ranks > 1"),
     ],
 )

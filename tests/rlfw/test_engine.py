@@ -1,6 +1,8 @@
 """The transformers engine's own decode loop: identical prompts share one prefill without changing
 what any of them generates, greedy decoding equals `model.generate`, and a merged LoRA adapter
-gives the same outputs as the unmerged one."""
+gives the same outputs as the unmerged one; model.engine_autocast runs it in bf16."""
+
+import warnings
 
 import torch
 
@@ -13,10 +15,10 @@ from rlfw.rollout.types import Prompt, SamplingParams
 from tests.rlfw.test_policy_sync import SPEC
 
 
-def _engine_and_prompts(tmp_path, rank=0):
+def _engine_and_prompts(tmp_path, rank=0, **model_fields):
     env_cfg = EnvConfig(name="maze", id="rlfw/Maze2D-v0", max_turns=2, kwargs={"cell_px": 8})
     make_env = make_env_fn(env_cfg)
-    model = ModelConfig(name="tiny_vl", tiny=SPEC, lora=LoraConfig(rank=rank, alpha=2 * max(rank, 1)))
+    model = ModelConfig(name="tiny_vl", tiny=SPEC, lora=LoraConfig(rank=rank, alpha=2 * max(rank, 1)), **model_fields)
     path = prepare_base_model(model, make_env, tmp_path, seed=0)
     worker = EngineWorker(model, path, torch_threads=1)
     engine = worker.engine
@@ -48,6 +50,23 @@ def test_shared_prefill_matches_separate_generation_and_model_generate(tmp_path)
                                     pad_token_id=p.pad_token_id, suppress_tokens=p.banned_token_ids)
     for row, got in zip(ref[:, batch["input_ids"].shape[1]:].tolist(), [alone[0], alone[1]]):
         assert row[: len(got.token_ids)] == got.token_ids
+
+
+def test_bf16_engine_autocast_generates_float32s_replies_to_bf16s_rounding(tmp_path):
+    """model.engine_autocast=bfloat16: prefill and decode run in bf16, so the log-probs of the same
+    greedy replies move by bf16's rounding (nonzero: the matmuls did run in bf16) and no more, and the
+    engine's weights stay float32 (they are what a new adapter is merged into)."""
+    plain, prompts = _engine_and_prompts(tmp_path / "fp32", rank=4)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # emulated bf16 where the CPU has none: slower, the same numbers
+        bf16, _ = _engine_and_prompts(tmp_path / "bf16", rank=4, engine_autocast="bfloat16")
+    assert plain.autocast is None and bf16.autocast == "bfloat16"
+    greedy = SamplingParams(max_new_tokens=4, greedy=True)
+    want, got = plain.generate(prompts * 2, greedy), bf16.generate(prompts * 2, greedy)
+    assert [c.token_ids for c in got] == [c.token_ids for c in want]
+    diff = max(abs(g - w) for a, b in zip(got, want) for g, w in zip(a.logprobs, b.logprobs))
+    assert 0 < diff < 0.05, diff
+    assert all(p.dtype == torch.float32 for p in bf16.model.parameters())
 
 
 def test_copies_of_a_prompt_sample_independently(tmp_path):
