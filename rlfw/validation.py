@@ -23,11 +23,12 @@ def _choice(value: str, valid: list[str], key: str) -> list[str]:
     return [] if value in valid else [f"{key}={value!r} is not one of {valid}"]
 
 
-def _training_speed_errors(model) -> list[str]:
-    """model.train_autocast and engine_autocast, checked where a policy is trained (RL and SFT). model.attn_implementation
-    is checked by transformers when the policy loads, with the kernels this install has."""
+def _autocast_errors(model, keys: tuple[str, ...] = ("train_autocast", "engine_autocast")) -> list[str]:
+    """model.train_autocast and model.engine_autocast where a policy is trained (RL and SFT); the
+    evaluator checks engine_autocast alone. model.attn_implementation is checked by transformers when
+    the policy loads, with the kernels this install has."""
     errs = []
-    for key in ("train_autocast", "engine_autocast"):
+    for key in keys:
         value = getattr(model, key)
         errs += _choice(value, [None, "auto", "bfloat16"], f"model.{key}")
         if value and model.dtype != "float32":
@@ -152,7 +153,7 @@ def validate(cfg: Config, environment: bool = True) -> None:
     errs += _choice(e.history, ["none", "full"], "env.history")
     errs += _choice(c.engine_backend, sorted(BACKENDS), "cluster.engine_backend")
     errs += _choice(cfg.model.dtype, ["float32", "bfloat16"], "model.dtype")
-    errs += _training_speed_errors(cfg.model)
+    errs += _autocast_errors(cfg.model)
     if cfg.model.compile and c.trainer_ranks > 1:
         errs.append("model.compile=true is not supported with cluster.trainer_ranks > 1 (FSDP2) yet; "
                     "set model.compile=false")
@@ -227,7 +228,7 @@ def validate_sft(cfg: SFTRunConfig) -> None:
     s = cfg.sft
     errs = _choice(s.states, ["all_squares", "oracle_path"], "sft.states")
     errs += _choice(cfg.model.dtype, ["float32", "bfloat16"], "model.dtype")
-    errs += _training_speed_errors(cfg.model)
+    errs += _autocast_errors(cfg.model)
     for key, val in [("sft.steps", s.steps), ("sft.batch_size", s.batch_size), ("sft.eval_size", s.eval_size),
                      ("sft.torch_threads", s.torch_threads)]:
         if val < 1:
@@ -319,6 +320,7 @@ def validate_eval(cfg: EvalRunConfig) -> None:
     v = cfg.eval
     valid_sets = ["heldout", *sorted(FIXED_SETS)]
     errs = _choice(cfg.model.dtype, ["float32", "bfloat16"], "model.dtype")
+    errs += _autocast_errors(cfg.model, ("engine_autocast",))
     errs += _choice(v.device, ["cpu", "cuda"], "eval.device")
     if v.device == "cuda":
         import torch

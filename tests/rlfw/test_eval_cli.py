@@ -190,6 +190,7 @@ def _bad_files(tmp: Path) -> dict[str, Path]:
     (["eval.layouts={tmp}/object.json"], "must hold a non-empty JSON list of layout records"),
     (["eval.layouts={tmp}/no_target.json"], "record 0: layout is missing key(s) ['target']"),
     (["eval.layouts={tmp}/hard.json"], "2 record(s) (first: 0) are 11x11 but env maze is 9x9"),
+    (["model.engine_autocast=fp16"], "model.engine_autocast='fp16' is not one of"),
     (["eval.n=0"], "eval.n=0 must be >= 1"),
     (["eval.n=4"], "eval.n=4 greedy episodes of a maze are all the same; set eval.temperature>0"),
     (["eval.temperature=-1"], "eval.temperature=-1.0 must be >= 0"),
