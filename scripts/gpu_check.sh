@@ -42,7 +42,7 @@ run() {  # run NAME TIMEOUT_S CMD...: log to $OUT/NAME.log, one summary line
 }
 
 has() { "$PY" -c "import $1" > /dev/null 2>&1; }
-run gpu_tests 300 "$PY" -m pytest -q -rs -p no:cacheprovider -m gpu tests/rlfw/test_gpu.py
+run gpu_tests 480 "$PY" -m pytest -q -rs -s -p no:cacheprovider -m gpu tests/rlfw/test_gpu.py
 grep -E "passed|failed|skipped|SKIPPED|error" "$OUT/gpu_tests.log" | tail -4 | tee -a "$summary"
 if ! has vllm || ! has ray; then
   note "vllm_cuda_debug_run: SKIPPED (needs the CUDA vllm and ray in this Python)"
