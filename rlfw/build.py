@@ -117,7 +117,11 @@ def seed_everything(seed: int) -> None:
 def build_logger(cfg: Config, out_dir: Path):
     from rlfw.logging import MetricLogger
 
-    return MetricLogger(cfg.logger, out_dir, total_steps=cfg.trainer.total_steps, run_config=cfg)
+    # a run sized by wall time (trainer.schedule=minutes) ends long before its total_steps cap: its
+    # bar is a count and a rate, as SFT's is, not a length with a days-long ETA
+    t = cfg.trainer
+    return MetricLogger(cfg.logger, out_dir, total_steps=t.total_steps if t.schedule == "steps" else None,
+                        run_config=cfg)
 
 
 def training_filter(env: EnvConfig, heldout_size: int = 0) -> Callable[[int], bool] | None:

@@ -78,3 +78,24 @@ def test_images_reach_tensorboard_and_wandb_offline(tmp_path, monkeypatch):
     media = sorted(p.relative_to(run / "files" / "media") for p in (run / "files" / "media").rglob("*.*"))
     assert [(p.parts[0], p.suffix) for p in media] == [("images", ".png"), ("videos", ".gif")], media
     assert [json.loads(r)["step"] for r in (tmp_path / "metrics.jsonl").read_text().splitlines()] == [3]
+
+
+def test_a_run_sized_by_minutes_shows_a_count_not_its_step_cap(tmp_path, capsys):
+    """trainer.schedule=minutes: total_steps is only a cap, so the bar has no length (no ETA to the cap)."""
+    from types import SimpleNamespace
+
+    from rlfw.build import build_logger
+    from rlfw.config import TrainerConfig
+
+    for schedule, want in (("steps", 10000), ("minutes", None)):
+        log_cfg = LoggerConfig(console=True, jsonl=False, tensorboard=False)
+        log_cfg.wandb.mode = "disabled"
+        trainer = TrainerConfig(schedule=schedule, max_minutes=12, total_steps=10000)
+        cfg = SimpleNamespace(logger=log_cfg, trainer=trainer)  # the two groups build_logger reads
+        logger = build_logger(cfg, tmp_path)
+        logger.progress(159)
+        logger.close()
+        assert logger.bar.total == want
+    err = capsys.readouterr().err
+    assert "159/10000" in err and "159step" in err.replace(" ", "")
+
