@@ -71,7 +71,7 @@ def run_sft(cfg: SFTRunConfig, command: str | None = None) -> dict:
     model, processor = build_policy_model(cfg.model, path)
     make_env = make_env_fn(cfg.env, processor.crop_px)  # demonstrations in the policy's observations
     autocast = resolve_train_autocast(cfg.model.train_autocast)  # the SFT process trains on the CPU
-    if cfg.model.compile:
+    if cfg.model.compile if s.compile is None else s.compile:
         compile_language_model(model)  # the training forward; evaluation below generates under force_eager
     params = [p for p in model.parameters() if p.requires_grad]
     optimizer = torch.optim.AdamW(params, lr=s.lr, weight_decay=s.weight_decay)

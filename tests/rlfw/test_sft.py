@@ -41,6 +41,22 @@ def test_sft_lowers_loss_and_writes_loadable_checkpoint(tmp_path):
     assert (tmp_path / "snapshots" / "step_000040" / "config.json").exists()
 
 
+@pytest.mark.parametrize("model_compile, sft_compile, compiled", [(False, None, False), (True, None, True),
+                                                                    (False, True, True), (True, False, False)])
+def test_sft_compile_takes_the_place_of_model_compile(tmp_path, monkeypatch, model_compile, sft_compile, compiled):
+    """sft.compile, when set, decides whether the SFT run compiles its training forward (an SFT stage
+    compiled alone before an eager RL stage); None follows model.compile. The compiled forward itself
+    is tested in tests/rlfw/test_train_speed.py."""
+    import rlfw.models
+
+    calls = []
+    monkeypatch.setattr(rlfw.models, "compile_language_model", lambda model: calls.append(model))
+    cfg = _cfg(tmp_path, steps=1, batch_size=2, eval_interval=0, eval_size=4, compile=sft_compile)
+    cfg.model.compile = model_compile
+    run_sft(cfg)
+    assert len(calls) == int(compiled)
+
+
 def test_sft_stops_at_its_time_limit_with_an_evaluation_and_a_checkpoint(tmp_path):
     cfg = _cfg(tmp_path, steps=10_000, batch_size=4, eval_interval=5_000, eval_size=4, max_minutes=0.05)
     metrics = run_sft(cfg)

@@ -46,6 +46,14 @@ def test_the_stage_group_turns_it_on_for_any_preset_and_off_for_this_one(tmp_pat
     assert compose_config(tmp_path, "experiment=maze_sft_then_dagger", "~sft_stage").sft_stage is None
 
 
+def test_the_stage_alone_can_be_compiled(tmp_path):
+    """sft_stage.compile=true compiles the stage's training forward while RL keeps model.compile."""
+    from rlfw.config import sft_stage_config
+
+    cfg = compose_config(tmp_path, "experiment=maze_sft_then_dagger", "sft_stage.compile=true")
+    assert cfg.model.compile is False and sft_stage_config(cfg).sft.compile is True
+
+
 def test_a_staged_run_starts_from_its_stage_checkpoint_and_others_from_model_path(tmp_path):
     """rl_start_model: what merge_adapter and failure_analysis take as a run's base, from its config."""
     from rlfw.config import rl_start_model
