@@ -24,7 +24,7 @@ def test_the_preset_is_the_dagger_preset_after_an_sft_stage(tmp_path):
     assert dagger.sft_stage is None
     s = staged.sft_stage
     assert (s.lr, s.decay_fraction, s.eval_interval, s.states) == (5e-4, 1.0, 0, "all_squares")
-    assert s.junction_fraction == 0.5
+    assert s.junction_fraction == 0.5 and s.compile is True  # the stage compiled, RL eager (model.compile)
     assert (s.schedule, s.max_minutes) == ("minutes", 28)  # both halves sized by wall time; steps are caps
     assert s.output_dir == str(tmp_path / "sft_stage")  # inside the run's folder, so a resubmitted job finds it
     t = staged.trainer
@@ -46,12 +46,15 @@ def test_the_stage_group_turns_it_on_for_any_preset_and_off_for_this_one(tmp_pat
     assert compose_config(tmp_path, "experiment=maze_sft_then_dagger", "~sft_stage").sft_stage is None
 
 
-def test_the_stage_alone_can_be_compiled(tmp_path):
-    """sft_stage.compile=true compiles the stage's training forward while RL keeps model.compile."""
+def test_the_stage_alone_is_compiled(tmp_path):
+    """The preset's sft_stage.compile=true compiles the stage's training forward while RL keeps
+    model.compile (false); sft_stage.compile=false leaves both eager."""
     from rlfw.config import sft_stage_config
 
-    cfg = compose_config(tmp_path, "experiment=maze_sft_then_dagger", "sft_stage.compile=true")
+    cfg = compose_config(tmp_path, "experiment=maze_sft_then_dagger")
     assert cfg.model.compile is False and sft_stage_config(cfg).sft.compile is True
+    cfg = compose_config(tmp_path, "experiment=maze_sft_then_dagger", "sft_stage.compile=false")
+    assert sft_stage_config(cfg).sft.compile is False
 
 
 def test_a_staged_run_starts_from_its_stage_checkpoint_and_others_from_model_path(tmp_path):
@@ -76,7 +79,8 @@ def _weights(folder: Path) -> dict:
 
 def _run(out: Path, *extra: str) -> subprocess.CompletedProcess:
     cmd = [sys.executable, "-m", "rlfw.run", "experiment=maze_sft_then_dagger", "sft_stage.steps=4",
-           "sft_stage.batch_size=8", "trainer.total_steps=1", "trainer.eval_interval=1", "trainer.heldout_eval_size=0",
+           "sft_stage.batch_size=8", "sft_stage.compile=false",  # a 4-step stage would only pay the compile
+           "trainer.total_steps=1", "trainer.eval_interval=1", "trainer.heldout_eval_size=0",
            "env.eval_set=eval64", "trainer.ckpt_interval=1", "trainer.max_minutes=null", "trainer.schedule=steps",
            "algo.tasks_per_step=2", "algo.tasks_per_optimizer_step=2", "logger=console", f"trainer.output_dir={out}",
            *extra]
