@@ -456,7 +456,7 @@ class SFTConfig:
     compile: Optional[bool] = None
     """torch.compile the training forward of this SFT run (what model.compile does), in place of
     model.compile; None follows model.compile. For an SFT stage before RL it compiles the stage alone:
-    a cold compile of about 1.5 minutes on 2 cores pays back over a long stage, while RL after it stays
+    a cold compile of about 85 s on 2 cores pays back over a long stage, while RL after it stays
     as model.compile says (experiment=maze_sft_then_dagger, experiments/maze_from_sft/levers.md)."""
     output_dir: str = "${hydra:runtime.output_dir}"
     """Run folder: metrics, snapshots/step_N/, and the final checkpoint/ (a folder model.path= accepts)."""
