@@ -9,6 +9,7 @@ os.killpg on the driver does not reach them directly). Once the raylet is gone t
 the tree for a moment; the session still holds them.
 """
 
+import json
 import os
 import subprocess
 import time
@@ -77,3 +78,12 @@ def stop(proc: subprocess.Popen) -> None:
     if proc.poll() is None:
         proc.kill()
     proc.wait(timeout=10)
+
+
+def wait_for_step(proc: subprocess.Popen, metrics, step: int, timeout: float = 300.0) -> None:
+    """Wait until the run `proc` has logged `step` to its metrics.jsonl; fail if it exits first or takes longer."""
+    deadline = time.time() + timeout
+    while not (metrics.exists() and any(json.loads(l)["step"] >= step for l in metrics.read_text().splitlines())):
+        assert proc.poll() is None, f"the run exited before logging step {step}"
+        assert time.time() < deadline, f"the run did not log step {step} within {timeout:.0f} s"
+        time.sleep(0.05)

@@ -5,10 +5,9 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
-from tests.rlfw.procs import start_decoy, stop, worker_pids
+from tests.rlfw.procs import start_decoy, stop, wait_for_step, worker_pids
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -21,11 +20,7 @@ def test_killed_rollout_engine_is_restarted(tmp_path):
     proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                             start_new_session=True)
     try:
-        deadline = time.time() + 300
-        metrics = out / "metrics.jsonl"
-        while not (metrics.exists() and any(json.loads(l)["step"] >= 1 for l in metrics.read_text().splitlines())):
-            assert proc.poll() is None and time.time() < deadline
-            time.sleep(0.05)
+        wait_for_step(proc, out / "metrics.jsonl", 1)
         pids = worker_pids(proc.pid, "ray::EngineWorker")  # this run's engines only
         assert pids, "no engine worker process found"
         for pid in pids:

@@ -1,0 +1,48 @@
+"""Ctrl-C stops a run: the driver, which spends its steps waiting on its Ray workers, gets the
+interrupt, says after which step training stopped and how to resume, and its workers go with it.
+
+The run is started as a terminal starts a command: in its own process group with SIGINT at its
+default (a shell that runs a command in the background, `cmd &` or nohup, hands it SIGINT ignored,
+which Python and therefore the run then keep ignoring), and Ctrl-C is SIGINT to that group.
+"""
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from tests.rlfw.procs import wait_for_step, worker_pids
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_ctrl_c_stops_a_run_and_says_how_to_resume(tmp_path):
+    out = tmp_path / "run"
+    cmd = [sys.executable, "-m", "rlfw.run", "experiment=debug", "trainer.total_steps=10000", "trainer.eval_interval=0",
+           "trainer.ckpt_interval=1", f"trainer.output_dir={out}"]
+    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            start_new_session=True, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    try:
+        wait_for_step(proc, out / "metrics.jsonl", 2)
+        assert worker_pids(proc.pid, "ray::PolicyWorker"), "no trainer worker process found"
+        os.killpg(proc.pid, signal.SIGINT)
+        output, _ = proc.communicate(timeout=60)  # a run that ignored it would go on for 10,000 steps
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(timeout=30)
+    assert proc.returncode != 0, output[-3000:]
+    stopped = re.search(r"training stopped after step (\d+) \(KeyboardInterrupt", output)
+    assert stopped, output[-3000:]
+    assert f"trainer.output_dir={out} trainer.resume_mode=latest" in output
+    step = int(stopped.group(1))
+    assert step >= 2
+    # ckpt_interval=1: the step reported, or the one before it if the interrupt came before its checkpoint
+    assert int((out / "checkpoints" / "latest_checkpointed_iteration.txt").read_text()) >= step - 1
+    deadline = time.time() + 30
+    while (left := worker_pids(proc.pid, "ray::")) and time.time() < deadline:
+        time.sleep(0.5)
+    assert not left, f"worker processes outlived the interrupted run: {left}"
