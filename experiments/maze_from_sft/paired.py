@@ -6,7 +6,10 @@ each policy solved that the other did not (a sign test: z = (a - b) / sqrt(a + b
 
     python experiments/maze_from_sft/paired.py A_DIR B_DIR [A_DIR B_DIR ...]
 
-Several pairs (one per training seed, say) are printed one by one and then pooled.
+Several pairs (one per training seed, say) are printed one by one and then pooled. Pooling counts
+each seed's episode on a maze as independent, but a hard maze tends to fail on every seed; so pairs
+that evaluated the same mazes are also counted per maze: on how many mazes A failed on fewer of the
+pairs than B, and on how many on more (the sign test with the mazes, not the episodes, as the sample).
 """
 
 import json
@@ -35,17 +38,35 @@ def z(only_a: int, only_b: int) -> float:
     return (only_a - only_b) / math.sqrt(only_a + only_b) if only_a + only_b else 0.0
 
 
+def per_maze(pairs: list[tuple[str, str]]) -> tuple[int, int]:
+    """(mazes A failed on fewer of the pairs than B, mazes A failed on more), over pairs of one maze set."""
+    fails_a: dict[int, int] = {}
+    fails_b: dict[int, int] = {}
+    for a_dir, b_dir in pairs:
+        for fails, folder in [(fails_a, a_dir), (fails_b, b_dir)]:
+            for seed, ok in successes(folder).items():
+                fails[seed] = fails.get(seed, 0) + (not ok)
+    return sum(fails_a[m] < fails_b[m] for m in fails_a), sum(fails_a[m] > fails_b[m] for m in fails_a)
+
+
 def main(argv: list[str]) -> None:
     if not argv or len(argv) % 2:
         sys.exit(__doc__)
     total_a = total_b = 0
+    sets: dict[frozenset, list[tuple[str, str]]] = {}
     for a_dir, b_dir in zip(argv[::2], argv[1::2]):
         n, only_a, only_b, pa, pb = compare(a_dir, b_dir)
         total_a, total_b = total_a + only_a, total_b + only_b
+        sets.setdefault(frozenset(successes(a_dir)), []).append((a_dir, b_dir))
         print(f"{n} mazes  A {pa:.3f}  B {pb:.3f}  A only {only_a}  B only {only_b}  z {z(only_a, only_b):+.1f}"
               f"\n  A: {a_dir}\n  B: {b_dir}")
     if len(argv) > 2:
         print(f"pooled: A only {total_a}  B only {total_b}  z {z(total_a, total_b):+.1f}")
+    for mazes, pairs in sets.items():
+        if len(pairs) > 1:
+            fewer, more = per_maze(pairs)
+            print(f"per maze, {len(pairs)} pairs on the same {len(mazes)} mazes: A failed on fewer of them {fewer}, "
+                  f"on more {more}  z {z(fewer, more):+.1f}")
 
 
 if __name__ == "__main__":
