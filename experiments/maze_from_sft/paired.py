@@ -23,29 +23,21 @@ def successes(folder: str) -> dict[int, bool]:
     return {row["seed"]: bool(row["success"]) for row in rows}
 
 
-def compare(a_dir: str, b_dir: str) -> tuple[int, int, int, float, float]:
-    """(mazes, solved by A only, solved by B only, A's pass@1, B's pass@1)."""
-    a, b = successes(a_dir), successes(b_dir)
-    if a.keys() != b.keys():
-        sys.exit(f"{a_dir} and {b_dir} evaluated different mazes ({len(a)} and {len(b)}; "
-                 f"{len(a.keys() ^ b.keys())} not in both)")
+def compare(a: dict[int, bool], b: dict[int, bool]) -> tuple[int, int, float, float]:
+    """(solved by A only, solved by B only, A's pass@1, B's pass@1) over the same mazes."""
     only_a = sum(a[s] and not b[s] for s in a)
     only_b = sum(b[s] and not a[s] for s in a)
-    return len(a), only_a, only_b, sum(a.values()) / len(a), sum(b.values()) / len(b)
+    return only_a, only_b, sum(a.values()) / len(a), sum(b.values()) / len(b)
 
 
 def z(only_a: int, only_b: int) -> float:
     return (only_a - only_b) / math.sqrt(only_a + only_b) if only_a + only_b else 0.0
 
 
-def per_maze(pairs: list[tuple[str, str]]) -> tuple[int, int]:
+def per_maze(pairs: list[tuple[dict[int, bool], dict[int, bool]]]) -> tuple[int, int]:
     """(mazes A failed on fewer of the pairs than B, mazes A failed on more), over pairs of one maze set."""
-    fails_a: dict[int, int] = {}
-    fails_b: dict[int, int] = {}
-    for a_dir, b_dir in pairs:
-        for fails, folder in [(fails_a, a_dir), (fails_b, b_dir)]:
-            for seed, ok in successes(folder).items():
-                fails[seed] = fails.get(seed, 0) + (not ok)
+    fails_a = {m: sum(not a[m] for a, _ in pairs) for m in pairs[0][0]}
+    fails_b = {m: sum(not b[m] for _, b in pairs) for m in pairs[0][0]}
     return sum(fails_a[m] < fails_b[m] for m in fails_a), sum(fails_a[m] > fails_b[m] for m in fails_a)
 
 
@@ -53,12 +45,16 @@ def main(argv: list[str]) -> None:
     if not argv or len(argv) % 2:
         sys.exit(__doc__)
     total_a = total_b = 0
-    sets: dict[frozenset, list[tuple[str, str]]] = {}
+    sets: dict[frozenset, list[tuple[dict[int, bool], dict[int, bool]]]] = {}
     for a_dir, b_dir in zip(argv[::2], argv[1::2]):
-        n, only_a, only_b, pa, pb = compare(a_dir, b_dir)
+        a, b = successes(a_dir), successes(b_dir)
+        if a.keys() != b.keys():
+            sys.exit(f"{a_dir} and {b_dir} evaluated different mazes ({len(a)} and {len(b)}; "
+                     f"{len(a.keys() ^ b.keys())} not in both)")
+        only_a, only_b, pa, pb = compare(a, b)
         total_a, total_b = total_a + only_a, total_b + only_b
-        sets.setdefault(frozenset(successes(a_dir)), []).append((a_dir, b_dir))
-        print(f"{n} mazes  A {pa:.3f}  B {pb:.3f}  A only {only_a}  B only {only_b}  z {z(only_a, only_b):+.1f}"
+        sets.setdefault(frozenset(a), []).append((a, b))
+        print(f"{len(a)} mazes  A {pa:.3f}  B {pb:.3f}  A only {only_a}  B only {only_b}  z {z(only_a, only_b):+.1f}"
               f"\n  A: {a_dir}\n  B: {b_dir}")
     if len(argv) > 2:
         print(f"pooled: A only {total_a}  B only {total_b}  z {z(total_a, total_b):+.1f}")
