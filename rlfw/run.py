@@ -9,8 +9,11 @@ last value of `sweep.objective` (default eval/all/pass_at_1), which an optimizin
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
+import signal
+import threading
 from pathlib import Path
 
 import hydra
@@ -71,6 +74,50 @@ def main_from_config(cfg: Config) -> dict:
     return final
 
 
+class Terminated(SystemExit):
+    """SIGTERM as an exception (exit status 143), so that a run stopped by `ray job stop`, a
+    scheduler's preemption or `kill` ends as one stopped by Ctrl-C: it says after which step it
+    stopped and how to resume, closes its loggers and takes its Ray workers down."""
+
+    def __init__(self):
+        super().__init__(128 + signal.SIGTERM)
+
+    def __str__(self) -> str:
+        return "SIGTERM"
+
+
+def _raise_terminated(signum, frame):
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)  # a second SIGTERM ends the process at once
+    raise Terminated()
+
+
+_sigterm_armed = False
+
+
+@contextlib.contextmanager
+def sigterm_raises():
+    """Within the block, SIGTERM raises `Terminated` in the main thread (elsewhere signals cannot be
+    handled, and the block changes nothing)."""
+    global _sigterm_armed
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGTERM, _raise_terminated)
+    _sigterm_armed = True
+    try:
+        yield
+    finally:
+        _sigterm_armed = False
+        signal.signal(signal.SIGTERM, previous)
+
+
+def rearm_sigterm() -> None:
+    """Within `sigterm_raises`, put its handler back after ray.init, which installs its own
+    (`sys.exit(15)`: the run would stop as "SystemExit: 15" with exit status 15)."""
+    if _sigterm_armed:
+        signal.signal(signal.SIGTERM, _raise_terminated)
+
+
 def train_with_restarts(cfg: Config, out_dir: Path, model_path: str, logger) -> dict:
     """Place the workers and train; if the trainer worker dies, replace every worker and resume from
     the latest checkpoint, up to cluster.max_trainer_restarts times (dead engines alone are restarted
@@ -83,6 +130,7 @@ def train_with_restarts(cfg: Config, out_dir: Path, model_path: str, logger) -> 
     restarts = cfg.cluster.max_trainer_restarts if cfg.trainer.ckpt_interval else 0
     for attempt in range(restarts + 1):
         runtime = RayRuntime(cfg, model_path)
+        rearm_sigterm()
         try:
             return train(cfg, out_dir, model_path, runtime.policy, runtime.engine, logger)
         except TrainerFailure as exc:
@@ -167,7 +215,9 @@ def main(cfg: DictConfig) -> float | None:
     multirun = HydraConfig.get().mode == RunMode.MULTIRUN
     if multirun:
         check_objective(config)
-    return objective(main_from_config(config), config.sweep.objective, required=multirun)
+    with sigterm_raises():
+        final = main_from_config(config)
+    return objective(final, config.sweep.objective, required=multirun)
 
 
 if __name__ == "__main__":

@@ -163,7 +163,12 @@ def run_sft_stage(cfg: Config) -> str:
     else:
         size = f"{stage.sft.max_minutes} min" if stage.sft.schedule == "minutes" else f"{stage.sft.steps} steps"
         print(f"rlfw: SFT stage ({size}) in {stage.sft.output_dir}, then RL", flush=True)
-        run_sft(stage, command="python -m rlfw.run " + " ".join(_overrides()) + "  # its SFT stage")
+        try:
+            run_sft(stage, command="python -m rlfw.run " + " ".join(_overrides()) + "  # its SFT stage")
+        except BaseException as exc:
+            print(f"rlfw: SFT stage stopped ({type(exc).__name__}: {exc}); it has no checkpoint before its end, "
+                  "so the same command starts it again", flush=True)
+            raise
     return str(final.resolve())
 
 

@@ -4,12 +4,18 @@ Each argument is an evaluation set's folder, `<run>/eval/step_N/<set>` (it holds
 row per maze with its `seed` and `success`). Mazes are matched by seed; what matters is how many
 each policy solved that the other did not (a sign test: z = (a - b) / sqrt(a + b)).
 
-    python experiments/maze_from_sft/paired.py A_DIR B_DIR [A_DIR B_DIR ...]
+    python experiments/maze_from_sft/paired.py [--routes] [--first N] A_DIR B_DIR [A_DIR B_DIR ...]
 
 Several pairs (one per training seed, say) are printed one by one and then pooled. Pooling counts
 each seed's episode on a maze as independent, but a hard maze tends to fail on every seed; so pairs
 that evaluated the same mazes are also counted per maze: on how many mazes A failed on fewer of the
 pairs than B, and on how many on more (the sign test with the mazes, not the episodes, as the sample).
+
+--routes splits that count by the maze's best route (moves on a shortest path), with each policy's
+share of episodes failed: the mazes are looked up by seed in eval64 (seeds below 10**6) or
+regenerated (held-out seeds, 9x9 rlfw/Maze2D-v0 as the maze env makes them). --first N keeps the N
+mazes of lowest seed in each folder (e.g. the first envs.eval_sets.RESERVED_HELDOUT = 1024 held-out
+mazes, the ones training never draws, of a larger held-out evaluation).
 """
 
 import json
@@ -18,8 +24,9 @@ import sys
 from pathlib import Path
 
 
-def successes(folder: str) -> dict[int, bool]:
+def successes(folder: str, first: int | None = None) -> dict[int, bool]:
     rows = [json.loads(line) for line in (Path(folder) / "episodes.jsonl").read_text().splitlines() if line]
+    rows = sorted(rows, key=lambda row: row["seed"])[:first]
     return {row["seed"]: bool(row["success"]) for row in rows}
 
 
@@ -41,13 +48,47 @@ def per_maze(pairs: list[tuple[dict[int, bool], dict[int, bool]]]) -> tuple[int,
     return sum(fails_a[m] < fails_b[m] for m in fails_a), sum(fails_a[m] > fails_b[m] for m in fails_a)
 
 
+def best_routes(seeds) -> dict[int, int]:
+    """Moves on a shortest path of each maze, by seed (eval64's records, or held-out regenerated)."""
+    from envs.eval_sets import HELD_OUT_SEED_START, load_eval_set, shortest_moves
+
+    if max(seeds) < 10**6:
+        layouts = load_eval_set("eval64")
+    else:
+        layouts = load_eval_set("generated", n=max(seeds) - HELD_OUT_SEED_START + 1)
+    moves = {r["seed"]: shortest_moves(r) for r in layouts}
+    return {s: moves[s] for s in seeds}
+
+
+def by_route(pairs: list[tuple[dict[int, bool], dict[int, bool]]]) -> None:
+    """Per best-route length: mazes, each policy's share of episodes failed, the per-maze count."""
+    routes = best_routes(pairs[0][0])
+    for moves in sorted(set(routes.values())):
+        mazes = {m for m, r in routes.items() if r == moves}
+        sub = [({m: a[m] for m in mazes}, {m: b[m] for m in mazes}) for a, b in pairs]
+        fail_a = sum(not a[m] for a, _ in sub for m in mazes) / (len(sub) * len(mazes))
+        fail_b = sum(not b[m] for _, b in sub for m in mazes) / (len(sub) * len(mazes))
+        fewer, more = per_maze(sub)
+        print(f"  best route {moves:2d} moves: {len(mazes):4d} mazes  failed A {fail_a:6.1%}  B {fail_b:6.1%}"
+              f"  per maze fewer {fewer} more {more}  z {z(fewer, more):+.1f}")
+
+
 def main(argv: list[str]) -> None:
+    routes = "--routes" in argv
+    argv = [a for a in argv if a != "--routes"]
+    first = None
+    if "--first" in argv:
+        i = argv.index("--first")
+        if i + 1 == len(argv) or not argv[i + 1].isdigit() or int(argv[i + 1]) < 1:
+            sys.exit("--first takes a number of mazes >= 1")
+        first = int(argv.pop(i + 1))
+        argv.pop(i)
     if not argv or len(argv) % 2:
         sys.exit(__doc__)
     total_a = total_b = 0
     sets: dict[frozenset, list[tuple[dict[int, bool], dict[int, bool]]]] = {}
     for a_dir, b_dir in zip(argv[::2], argv[1::2]):
-        a, b = successes(a_dir), successes(b_dir)
+        a, b = successes(a_dir, first), successes(b_dir, first)
         if a.keys() != b.keys():
             sys.exit(f"{a_dir} and {b_dir} evaluated different mazes ({len(a)} and {len(b)}; "
                      f"{len(a.keys() ^ b.keys())} not in both)")
@@ -63,6 +104,8 @@ def main(argv: list[str]) -> None:
             fewer, more = per_maze(pairs)
             print(f"per maze, {len(pairs)} pairs on the same {len(mazes)} mazes: A failed on fewer of them {fewer}, "
                   f"on more {more}  z {z(fewer, more):+.1f}")
+        if routes:
+            by_route(pairs)
 
 
 if __name__ == "__main__":

@@ -1,5 +1,6 @@
-"""Ctrl-C stops a run: the driver, which spends its steps waiting on its Ray workers, gets the
-interrupt, says after which step training stopped and how to resume, and its workers go with it.
+"""Ctrl-C and SIGTERM (`ray job stop`, preemption, `kill`) stop a run: the driver, which spends its
+steps waiting on its Ray workers, gets the signal, says after which step training stopped and how
+to resume, and its workers go with it.
 
 The run is started as a terminal starts a command: in its own process group with SIGINT at its
 default (a shell that runs a command in the background, `cmd &` or nohup, hands it SIGINT ignored,
@@ -19,7 +20,9 @@ from tests.rlfw.procs import wait_for_step, worker_pids
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def test_ctrl_c_stops_a_run_and_says_how_to_resume(tmp_path):
+def _stop_a_run(tmp_path, send, exception: str) -> int:
+    """Start a run, let it reach step 2, `send` it a signal; check what it says and that its
+    workers end with it. Returns its exit status."""
     out = tmp_path / "run"
     cmd = [sys.executable, "-m", "rlfw.run", "experiment=debug", "trainer.total_steps=10000", "trainer.eval_interval=0",
            "trainer.ckpt_interval=1", f"trainer.output_dir={out}"]
@@ -28,21 +31,54 @@ def test_ctrl_c_stops_a_run_and_says_how_to_resume(tmp_path):
     try:
         wait_for_step(proc, out / "metrics.jsonl", 2)
         assert worker_pids(proc.pid, "ray::PolicyWorker"), "no trainer worker process found"
-        os.killpg(proc.pid, signal.SIGINT)
+        send(proc)
         output, _ = proc.communicate(timeout=60)  # a run that ignored it would go on for 10,000 steps
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait(timeout=30)
     assert proc.returncode != 0, output[-3000:]
-    stopped = re.search(r"training stopped after step (\d+) \(KeyboardInterrupt", output)
+    stopped = re.search(rf"training stopped after step (\d+) \({exception}", output)
     assert stopped, output[-3000:]
     assert f"trainer.output_dir={out} trainer.resume_mode=latest" in output
     step = int(stopped.group(1))
     assert step >= 2
-    # ckpt_interval=1: the step reported, or the one before it if the interrupt came before its checkpoint
+    # ckpt_interval=1: the step reported, or the one before it if the signal came before its checkpoint
     assert int((out / "checkpoints" / "latest_checkpointed_iteration.txt").read_text()) >= step - 1
     deadline = time.time() + 30
     while (left := worker_pids(proc.pid, "ray::")) and time.time() < deadline:
         time.sleep(0.5)
-    assert not left, f"worker processes outlived the interrupted run: {left}"
+    assert not left, f"worker processes outlived the stopped run: {left}"
+    return proc.returncode
+
+
+def test_ctrl_c_stops_a_run_and_says_how_to_resume(tmp_path):
+    _stop_a_run(tmp_path, lambda proc: os.killpg(proc.pid, signal.SIGINT), "KeyboardInterrupt")
+
+
+def test_sigterm_stops_a_run_as_ctrl_c_does(tmp_path):
+    """Only the driver gets it (as from `kill PID`); it exits with 128 + 15, as a shell reports SIGTERM."""
+    status = _stop_a_run(tmp_path, lambda proc: proc.send_signal(signal.SIGTERM), "Terminated: SIGTERM")
+    assert status == 128 + signal.SIGTERM
+
+
+def test_sigterm_in_the_sft_stage_says_so(tmp_path):
+    """A preset with an SFT stage (rlfw.sft in the driver, no Ray yet) stopped by SIGTERM says the stage
+    stopped and starts again on a rerun, and exits with 143."""
+    out = tmp_path / "run"
+    cmd = [sys.executable, "-m", "rlfw.run", "experiment=maze_sft_then_dagger", "sft_stage.schedule=steps",
+           "sft_stage.max_minutes=null", "sft_stage.steps=100000", "sft_stage.batch_size=8", "sft_stage.compile=false",
+           "logger=console", f"trainer.output_dir={out}"]
+    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            start_new_session=True)
+    try:
+        wait_for_step(proc, out / "sft_stage" / "metrics.jsonl", 1)
+        proc.send_signal(signal.SIGTERM)
+        output, _ = proc.communicate(timeout=60)  # a stage that ignored it would go on for 100,000 steps
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(timeout=30)
+    assert proc.returncode == 128 + signal.SIGTERM, output[-3000:]
+    assert "SFT stage stopped (Terminated: SIGTERM)" in output and "the same command starts it again" in output
+    assert not (out / "sft_stage" / "checkpoint").exists()

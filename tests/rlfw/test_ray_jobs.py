@@ -236,7 +236,9 @@ def test_a_stopped_job_resubmitted_continues_from_its_checkpoint(head, uninterru
     status = _wait(client, second)
     logs = client.get_job_logs(second)
     assert status == JobStatus.SUCCEEDED, logs[-3000:]
-    assert "resum" in (out / "run.log").read_text().lower()
+    run_log = (out / "run.log").read_text()
+    assert "(Terminated: SIGTERM)" in run_log  # the stopped job said where it stopped
+    assert "resum" in run_log.lower()
     want, got = _adapter(uninterrupted[0], 2), _adapter(out, 2)
     assert want.keys() == got.keys()
     for k in want:
