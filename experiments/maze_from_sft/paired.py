@@ -18,6 +18,7 @@ mazes of lowest seed in each folder (e.g. the first envs.eval_sets.RESERVED_HELD
 mazes, the ones training never draws, of a larger held-out evaluation).
 """
 
+import argparse
 import json
 import math
 import sys
@@ -74,21 +75,19 @@ def by_route(pairs: list[tuple[dict[int, bool], dict[int, bool]]]) -> None:
 
 
 def main(argv: list[str]) -> None:
-    routes = "--routes" in argv
-    argv = [a for a in argv if a != "--routes"]
-    first = None
-    if "--first" in argv:
-        i = argv.index("--first")
-        if i + 1 == len(argv) or not argv[i + 1].isdigit() or int(argv[i + 1]) < 1:
-            sys.exit("--first takes a number of mazes >= 1")
-        first = int(argv.pop(i + 1))
-        argv.pop(i)
-    if not argv or len(argv) % 2:
-        sys.exit(__doc__)
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("dirs", nargs="+", metavar="DIR", help="A_DIR B_DIR [A_DIR B_DIR ...]")
+    ap.add_argument("--routes", action="store_true", help="split the per-maze count by best route length")
+    ap.add_argument("--first", type=int, metavar="N", help="keep the N mazes of lowest seed in each folder")
+    args = ap.parse_args(argv)
+    if len(args.dirs) % 2:
+        ap.error("folders come in pairs: A_DIR B_DIR [A_DIR B_DIR ...]")
+    if args.first is not None and args.first < 1:
+        ap.error("--first takes a number of mazes >= 1")
     total_a = total_b = 0
     sets: dict[frozenset, list[tuple[dict[int, bool], dict[int, bool]]]] = {}
-    for a_dir, b_dir in zip(argv[::2], argv[1::2]):
-        a, b = successes(a_dir, first), successes(b_dir, first)
+    for a_dir, b_dir in zip(args.dirs[::2], args.dirs[1::2]):
+        a, b = successes(a_dir, args.first), successes(b_dir, args.first)
         if a.keys() != b.keys():
             sys.exit(f"{a_dir} and {b_dir} evaluated different mazes ({len(a)} and {len(b)}; "
                      f"{len(a.keys() ^ b.keys())} not in both)")
@@ -97,14 +96,14 @@ def main(argv: list[str]) -> None:
         sets.setdefault(frozenset(a), []).append((a, b))
         print(f"{len(a)} mazes  A {pa:.3f}  B {pb:.3f}  A only {only_a}  B only {only_b}  z {z(only_a, only_b):+.1f}"
               f"\n  A: {a_dir}\n  B: {b_dir}")
-    if len(argv) > 2:
+    if len(args.dirs) > 2:
         print(f"pooled: A only {total_a}  B only {total_b}  z {z(total_a, total_b):+.1f}")
     for mazes, pairs in sets.items():
         if len(pairs) > 1:
             fewer, more = per_maze(pairs)
             print(f"per maze, {len(pairs)} pairs on the same {len(mazes)} mazes: A failed on fewer of them {fewer}, "
                   f"on more {more}  z {z(fewer, more):+.1f}")
-        if routes:
+        if args.routes:
             by_route(pairs)
 
 

@@ -20,23 +20,35 @@ from tests.rlfw.procs import wait_for_step, worker_pids
 ROOT = Path(__file__).resolve().parents[2]
 
 
+def _signal_when(cmd: list[str], metrics: Path, step: int, send, check_running=lambda proc: None):
+    """Start `cmd` as a terminal would (own process group, SIGINT at its default), wait until it logs
+    `step` to `metrics`, run `check_running(proc)`, `send(proc)` a signal; return (proc, its output).
+    A run that ignored the signal would go on for its 10,000+ steps: it gets 60 s to end."""
+    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            start_new_session=True, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    try:
+        wait_for_step(proc, metrics, step)
+        check_running(proc)
+        send(proc)
+        output, _ = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(timeout=30)
+    return proc, output
+
+
 def _stop_a_run(tmp_path, send, exception: str) -> int:
     """Start a run, let it reach step 2, `send` it a signal; check what it says and that its
     workers end with it. Returns its exit status."""
     out = tmp_path / "run"
     cmd = [sys.executable, "-m", "rlfw.run", "experiment=debug", "trainer.total_steps=10000", "trainer.eval_interval=0",
            "trainer.ckpt_interval=1", f"trainer.output_dir={out}"]
-    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            start_new_session=True, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
-    try:
-        wait_for_step(proc, out / "metrics.jsonl", 2)
+
+    def has_a_trainer(proc):
         assert worker_pids(proc.pid, "ray::PolicyWorker"), "no trainer worker process found"
-        send(proc)
-        output, _ = proc.communicate(timeout=60)  # a run that ignored it would go on for 10,000 steps
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait(timeout=30)
+
+    proc, output = _signal_when(cmd, out / "metrics.jsonl", 2, send, has_a_trainer)
     assert proc.returncode != 0, output[-3000:]
     stopped = re.search(rf"training stopped after step (\d+) \({exception}", output)
     assert stopped, output[-3000:]
@@ -69,16 +81,7 @@ def test_sigterm_in_the_sft_stage_says_so(tmp_path):
     cmd = [sys.executable, "-m", "rlfw.run", "experiment=maze_sft_then_dagger", "sft_stage.schedule=steps",
            "sft_stage.max_minutes=null", "sft_stage.steps=100000", "sft_stage.batch_size=8", "sft_stage.compile=false",
            "logger=console", f"trainer.output_dir={out}"]
-    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            start_new_session=True)
-    try:
-        wait_for_step(proc, out / "sft_stage" / "metrics.jsonl", 1)
-        proc.send_signal(signal.SIGTERM)
-        output, _ = proc.communicate(timeout=60)  # a stage that ignored it would go on for 100,000 steps
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait(timeout=30)
+    proc, output = _signal_when(cmd, out / "sft_stage" / "metrics.jsonl", 1, lambda proc: proc.send_signal(signal.SIGTERM))
     assert proc.returncode == 128 + signal.SIGTERM, output[-3000:]
     assert "SFT stage stopped (Terminated: SIGTERM)" in output and "the same command starts it again" in output
     assert not (out / "sft_stage" / "checkpoint").exists()
