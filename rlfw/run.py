@@ -9,17 +9,15 @@ last value of `sweep.objective` (default eval/all/pass_at_1), which an optimizin
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
-import signal
-import threading
 from pathlib import Path
 
 import hydra
 from omegaconf import DictConfig, OmegaConf
 
 from rlfw.config import Config, register_configs
+from rlfw.signals import rearm_sigterm, sigterm_raises
 from rlfw.validation import validate
 
 register_configs()
@@ -72,50 +70,6 @@ def main_from_config(cfg: Config) -> dict:
         plot({cfg.algo.name: out_dir / "metrics.jsonl"}, out_dir / "pass_at_1.png")
     print(f"rlfw: outputs in {out_dir.resolve()} (metrics.jsonl, pass_at_1.png, eval/, tensorboard/)", flush=True)
     return final
-
-
-class Terminated(SystemExit):
-    """SIGTERM as an exception (exit status 143), so that a run stopped by `ray job stop`, a
-    scheduler's preemption or `kill` ends as one stopped by Ctrl-C: it says after which step it
-    stopped and how to resume, closes its loggers and takes its Ray workers down."""
-
-    def __init__(self):
-        super().__init__(128 + signal.SIGTERM)
-
-    def __str__(self) -> str:
-        return "SIGTERM"
-
-
-def _raise_terminated(signum, frame):
-    signal.signal(signal.SIGTERM, signal.SIG_DFL)  # a second SIGTERM ends the process at once
-    raise Terminated()
-
-
-_sigterm_armed = False
-
-
-@contextlib.contextmanager
-def sigterm_raises():
-    """Within the block, SIGTERM raises `Terminated` in the main thread (elsewhere signals cannot be
-    handled, and the block changes nothing)."""
-    global _sigterm_armed
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    previous = signal.signal(signal.SIGTERM, _raise_terminated)
-    _sigterm_armed = True
-    try:
-        yield
-    finally:
-        _sigterm_armed = False
-        signal.signal(signal.SIGTERM, previous)
-
-
-def rearm_sigterm() -> None:
-    """Within `sigterm_raises`, put its handler back after ray.init, which installs its own
-    (`sys.exit(15)`: the run would stop as "SystemExit: 15" with exit status 15)."""
-    if _sigterm_armed:
-        signal.signal(signal.SIGTERM, _raise_terminated)
 
 
 def train_with_restarts(cfg: Config, out_dir: Path, model_path: str, logger) -> dict:

@@ -28,6 +28,7 @@ from rlfw.rollout.agent_loop import LoopLimits
 from rlfw.rollout.demos import DemoSampler, to_segment
 from rlfw.rollout.types import Segment
 from rlfw.schedule import lr_factor, lr_factor_by_time
+from rlfw.signals import sigterm_raises
 
 register_configs()
 
@@ -118,33 +119,40 @@ def run_sft(cfg: SFTRunConfig, command: str | None = None) -> dict:
 
     model.train()
     metrics: dict = {}
+    step = 0
     t_log, n_states = time.perf_counter(), 0
-    for step in range(1, s.steps + 1):
-        segments = [to_segment(processor, *state) for state in sampler.sample(s.batch_size)]
-        loss, logp, mask = sft_loss(model, processor, segments, autocast)
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        grad_norm = torch.nn.utils.clip_grad_norm_(params, s.max_grad_norm)
-        optimizer.step()
-        scheduler.step()
-        n_states += len(segments)
-        if step % 10 == 0 or step == s.steps:
-            first_answer = mask.argmax(dim=1)  # the action token is the first supervised one
-            p_action = logp.detach().gather(1, first_answer[:, None]).exp()
-            now = time.perf_counter()
-            logger.log(step, {"sft/loss": loss.item(), "sft/action_prob": p_action.mean().item(),
-                              "sft/action_acc": (p_action > 0.5).float().mean().item(),
-                              "sft/grad_norm": float(grad_norm), "sft/lr": scheduler.get_last_lr()[0],
-                              "sft/states_per_s": n_states / (now - t_log)})
-            t_log, n_states = now, 0
-        out_of_time = s.max_minutes is not None and time.perf_counter() - started >= 60 * s.max_minutes
-        if s.eval_interval and (out_of_time or step % s.eval_interval == 0 or step == s.steps):
-            metrics = run_eval(step)
-            if s.stop_at_pass_at_1 is not None and metrics["eval/heldout/pass_at_1"] >= s.stop_at_pass_at_1:
+    try:
+        for step in range(1, s.steps + 1):
+            segments = [to_segment(processor, *state) for state in sampler.sample(s.batch_size)]
+            loss, logp, mask = sft_loss(model, processor, segments, autocast)
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            grad_norm = torch.nn.utils.clip_grad_norm_(params, s.max_grad_norm)
+            optimizer.step()
+            scheduler.step()
+            n_states += len(segments)
+            if step % 10 == 0 or step == s.steps:
+                first_answer = mask.argmax(dim=1)  # the action token is the first supervised one
+                p_action = logp.detach().gather(1, first_answer[:, None]).exp()
+                now = time.perf_counter()
+                logger.log(step, {"sft/loss": loss.item(), "sft/action_prob": p_action.mean().item(),
+                                  "sft/action_acc": (p_action > 0.5).float().mean().item(),
+                                  "sft/grad_norm": float(grad_norm), "sft/lr": scheduler.get_last_lr()[0],
+                                  "sft/states_per_s": n_states / (now - t_log)})
+                t_log, n_states = now, 0
+            out_of_time = s.max_minutes is not None and time.perf_counter() - started >= 60 * s.max_minutes
+            if s.eval_interval and (out_of_time or step % s.eval_interval == 0 or step == s.steps):
+                metrics = run_eval(step)
+                if s.stop_at_pass_at_1 is not None and metrics["eval/heldout/pass_at_1"] >= s.stop_at_pass_at_1:
+                    break
+            if out_of_time:
                 break
-        if out_of_time:
-            break
-        logger.progress(step)
+            logger.progress(step)
+    except BaseException as exc:  # Ctrl-C, SIGTERM (see rlfw.signals) or a crash
+        logger.message(f"rlfw.sft: stopped in step {step} ({type(exc).__name__}: {exc}); SFT writes its checkpoint "
+                       "at its end only, so the same command starts it again")
+        logger.close()
+        raise
     final = out_dir / "checkpoint"
     save_checkpoint(model, processor, final, {"step": step, "seed": cfg.seed, "command": command, **metrics})
     logger.close()
@@ -163,12 +171,7 @@ def run_sft_stage(cfg: Config) -> str:
     else:
         size = f"{stage.sft.max_minutes} min" if stage.sft.schedule == "minutes" else f"{stage.sft.steps} steps"
         print(f"rlfw: SFT stage ({size}) in {stage.sft.output_dir}, then RL", flush=True)
-        try:
-            run_sft(stage, command="python -m rlfw.run " + " ".join(_overrides()) + "  # its SFT stage")
-        except BaseException as exc:
-            print(f"rlfw: SFT stage stopped ({type(exc).__name__}: {exc}); it has no checkpoint before its end, "
-                  "so the same command starts it again", flush=True)
-            raise
+        run_sft(stage, command="python -m rlfw.run " + " ".join(_overrides()) + "  # its SFT stage")
     return str(final.resolve())
 
 
@@ -183,7 +186,8 @@ def _overrides() -> list[str]:
 
 @hydra.main(version_base="1.3", config_path="../conf", config_name="sft")
 def main(cfg: DictConfig) -> None:
-    run_sft(OmegaConf.to_object(cfg))
+    with sigterm_raises():
+        run_sft(OmegaConf.to_object(cfg))
 
 
 if __name__ == "__main__":
