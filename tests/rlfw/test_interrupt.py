@@ -74,7 +74,7 @@ def test_sigterm_stops_a_run_as_ctrl_c_does(tmp_path):
     assert status == 128 + signal.SIGTERM
 
 
-def _stop_sft(cmd: list[str], out: Path) -> str:
+def _stop_sft(cmd: list[str], out: Path) -> None:
     """Send SIGTERM to an SFT process (no Ray) once it has logged its first step; check that it says
     where it stopped and that the same command starts it again, and exits with 143."""
     proc, output = _signal_when(cmd, out / "metrics.jsonl", 1, lambda proc: proc.send_signal(signal.SIGTERM))
@@ -83,7 +83,6 @@ def _stop_sft(cmd: list[str], out: Path) -> str:
     assert "the same command starts it again" in output
     assert not (out / "checkpoint").exists()
     assert "Terminated: SIGTERM" in (out / "run.log").read_text()  # the run's own log has it too
-    return output
 
 
 def test_sigterm_in_the_sft_stage_says_so(tmp_path):
