@@ -28,7 +28,7 @@ from rlfw.rollout.agent_loop import LoopLimits
 from rlfw.rollout.demos import DemoSampler, to_segment
 from rlfw.rollout.types import Segment
 from rlfw.schedule import lr_factor, lr_factor_by_time
-from rlfw.signals import sigterm_raises
+from rlfw.signals import raise_if_signalled, sigterm_raises
 
 register_configs()
 
@@ -123,6 +123,7 @@ def run_sft(cfg: SFTRunConfig, command: str | None = None) -> dict:
     t_log, n_states = time.perf_counter(), 0
     try:
         for step in range(1, s.steps + 1):
+            raise_if_signalled()  # a Ctrl-C or SIGTERM whose exception something swallowed (see rlfw.signals)
             segments = [to_segment(processor, *state) for state in sampler.sample(s.batch_size)]
             loss, logp, mask = sft_loss(model, processor, segments, autocast)
             optimizer.zero_grad(set_to_none=True)

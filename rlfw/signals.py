@@ -1,6 +1,12 @@
 """SIGTERM as an exception, for the entry points (`rlfw.run`, `rlfw.sft`): a run stopped by `kill`,
 `ray job stop` or a scheduler's preemption ends as one stopped by Ctrl-C, through its own `except` and
-`finally` blocks, and exits with 128 + 15 as a shell reports SIGTERM."""
+`finally` blocks, and exits with 128 + 15 as a shell reports SIGTERM.
+
+A signal handler's exception is raised wherever the main thread happens to be, and some places lose
+it: a `__del__` method (Python prints "Exception ignored in ..." and goes on) or a library's `except
+BaseException`. So the handlers also record the signal, and the training loops call
+`raise_if_signalled()` at each step boundary: a stop that was lost ends the run one step later
+instead of never."""
 
 from __future__ import annotations
 
@@ -21,29 +27,45 @@ class Terminated(SystemExit):
         return "SIGTERM"
 
 
+_signalled: type[BaseException] | None = None  # the exception of the stop signal received, if any
+_sigterm_armed = False
+
+
 def _raise_terminated(signum, frame):
+    global _signalled
+    _signalled = Terminated
     signal.signal(signal.SIGTERM, signal.SIG_DFL)  # a second SIGTERM ends the process at once
     raise Terminated()
 
 
-_sigterm_armed = False
+def _raise_interrupt(signum, frame):
+    global _signalled
+    _signalled = KeyboardInterrupt
+    signal.default_int_handler(signum, frame)
 
 
 @contextlib.contextmanager
 def sigterm_raises():
     """Within the block, SIGTERM raises `Terminated` in the main thread (elsewhere signals cannot be
-    handled, and the block changes nothing)."""
-    global _sigterm_armed
+    handled, and the block changes nothing), and both it and Ctrl-C (SIGINT, where it is not ignored,
+    as it is for a command a shell started in the background) are recorded for `raise_if_signalled`."""
+    global _sigterm_armed, _signalled
     if threading.current_thread() is not threading.main_thread():
         yield
         return
+    _signalled = None
     previous = signal.signal(signal.SIGTERM, _raise_terminated)
+    previous_int = signal.getsignal(signal.SIGINT)
+    if previous_int is signal.default_int_handler:
+        signal.signal(signal.SIGINT, _raise_interrupt)
     _sigterm_armed = True
     try:
         yield
     finally:
         _sigterm_armed = False
         signal.signal(signal.SIGTERM, previous)
+        if previous_int is signal.default_int_handler:
+            signal.signal(signal.SIGINT, previous_int)
 
 
 def rearm_sigterm() -> None:
@@ -51,3 +73,10 @@ def rearm_sigterm() -> None:
     (`sys.exit(15)`: the run would stop as "SystemExit: 15" with exit status 15)."""
     if _sigterm_armed:
         signal.signal(signal.SIGTERM, _raise_terminated)
+
+
+def raise_if_signalled() -> None:
+    """At a step boundary: raise the exception of a stop signal received earlier (see the module's
+    docstring); nothing when there was none."""
+    if _signalled is not None:
+        raise _signalled()

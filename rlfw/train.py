@@ -32,6 +32,7 @@ from rlfw.rollout.engine import EngineFailure
 from rlfw.rollout.oracle import oracle_metrics, oracle_targets
 from rlfw.rollout.restarts import StartStates
 from rlfw.rollout.types import Episode, Prompt, SamplingParams, Segment, Task, TrainBatch, prompt_key
+from rlfw.signals import raise_if_signalled
 
 
 def step_seed(seed: int, step: int, round_: int = 0) -> int:
@@ -224,6 +225,7 @@ def train(cfg: Config, out_dir: Path, model_path: str, policy, engine, logger) -
         run_eval(0)
     logger.progress(start)
     for step in range(start + 1, t.total_steps + 1):
+        raise_if_signalled()  # a Ctrl-C or SIGTERM whose exception something swallowed (see rlfw.signals)
         t_step, timers = time.perf_counter(), {}
         for attempt in range(cfg.cluster.max_engine_restarts + 1):
             try:

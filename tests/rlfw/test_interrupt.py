@@ -15,6 +15,9 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
+from rlfw.signals import Terminated, raise_if_signalled, sigterm_raises
 from tests.rlfw.procs import wait_for_step, worker_pids
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -30,12 +33,28 @@ def _signal_when(cmd: list[str], metrics: Path, step: int, send, check_running=l
         wait_for_step(proc, metrics, step)
         check_running(proc)
         send(proc)
-        output, _ = proc.communicate(timeout=60)
+        try:
+            output, _ = proc.communicate(timeout=60)
+        except subprocess.TimeoutExpired:
+            stacks = _python_stacks(proc.pid)
+            os.killpg(proc.pid, signal.SIGKILL)
+            output, _ = proc.communicate(timeout=30)
+            raise AssertionError(f"still running 60 s after the signal; where it was:\n{stacks}\n"
+                                 f"its output:\n{output[-3000:]}") from None
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait(timeout=30)
     return proc, output
+
+
+def _python_stacks(pid: int) -> str:
+    """The Python stacks of process `pid` (py-spy, installed with Ray), to tell a hang from a lost signal."""
+    spy = Path(sys.executable).with_name("py-spy")
+    if not spy.exists():
+        return "(no py-spy here)"
+    done = subprocess.run([str(spy), "dump", "--pid", str(pid)], capture_output=True, text=True, timeout=30)
+    return done.stdout + done.stderr
 
 
 def _stop_a_run(tmp_path, send, exception: str) -> int:
@@ -98,3 +117,23 @@ def test_sigterm_stops_rlfw_sft(tmp_path):
     out = tmp_path / "sft"
     _stop_sft([sys.executable, "-m", "rlfw.sft", "sft.steps=100000", "sft.eval_interval=0", "sft.batch_size=8",
                "logger=console", f"sft.output_dir={out}"], out)
+
+
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")  # the exception it ignores
+def test_a_stop_signal_that_something_swallowed_stops_the_next_step():
+    """A signal handler's exception raised inside a `__del__` is printed ("Exception ignored in") and lost;
+    the training loops' `raise_if_signalled()` at each step boundary raises it again."""
+
+    class SignalledWhileCollected:
+        def __del__(self):
+            os.kill(os.getpid(), signal.SIGTERM)
+            for _ in range(10_000):  # the handler runs here, between bytecodes, and its exception is ignored
+                pass
+
+    before = signal.getsignal(signal.SIGTERM)
+    with sigterm_raises():
+        raise_if_signalled()  # no signal yet: nothing
+        SignalledWhileCollected()
+        with pytest.raises(Terminated):
+            raise_if_signalled()
+    assert signal.getsignal(signal.SIGTERM) == before  # the block puts back the handler it found
