@@ -62,7 +62,7 @@ def sigterm_raises():
     try:
         yield
     finally:
-        _sigterm_armed = False
+        _sigterm_armed, _signalled = False, None  # a stop belongs to the block it came in
         signal.signal(signal.SIGTERM, previous)
         if previous_int is signal.default_int_handler:
             signal.signal(signal.SIGINT, previous_int)
@@ -76,7 +76,7 @@ def rearm_sigterm() -> None:
 
 
 def raise_if_signalled() -> None:
-    """At a step boundary: raise the exception of a stop signal received earlier (see the module's
-    docstring); nothing when there was none."""
+    """At a step boundary: raise the exception of a stop signal received earlier within the
+    `sigterm_raises` block (see the module's docstring); nothing when there was none."""
     if _signalled is not None:
         raise _signalled()

@@ -137,3 +137,4 @@ def test_a_stop_signal_that_something_swallowed_stops_the_next_step():
         with pytest.raises(Terminated):
             raise_if_signalled()
     assert signal.getsignal(signal.SIGTERM) == before  # the block puts back the handler it found
+    raise_if_signalled()  # and forgets the signal: later runs in this process are not stopped by it
