@@ -127,13 +127,27 @@ def _history(out: Path) -> list[dict]:
     return [r for r in rows if len(r) > 1]
 
 
+# How far the engine's log-probs of the sampled tokens are from the trainer's: float rounding (about
+# 1e-7), which the resumed run's fresh engine process can round differently while it samples the
+# same tokens and the update stays bit for bit the same (seen once in about 20 runs: 9.9e-8 against 8.9e-8).
+ROUNDING_METRICS = ("policy/rollout_logp_abs_diff",)
+
+
 def _assert_same_result(a: Path, b: Path) -> None:
-    """The same final adapter, bit for bit on CPU, and the same metrics history."""
+    """The same final adapter, bit for bit on CPU, and the same metrics history (the rounding
+    diagnostics within 1e-6)."""
     final_a = load_file(str(a / "lora_sync" / "v4" / "adapter_model.safetensors"))
     final_b = load_file(str(b / "lora_sync" / "v4" / "adapter_model.safetensors"))
     for name in final_a:
         assert torch.equal(final_a[name], final_b[name]), name
-    assert _history(a) == _history(b)
+    history_a, history_b = _history(a), _history(b)
+    exact = lambda rows: [{k: v for k, v in r.items() if k not in ROUNDING_METRICS} for r in rows]
+    assert exact(history_a) == exact(history_b)
+    for row_a, row_b in zip(history_a, history_b):
+        for key in ROUNDING_METRICS:
+            assert (key in row_a) == (key in row_b), (row_a["step"], key)
+            if key in row_a:
+                assert row_a[key] == pytest.approx(row_b[key], abs=1e-6), (row_a["step"], key)
 
 
 @pytest.fixture(scope="module")
