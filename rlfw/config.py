@@ -113,6 +113,12 @@ class AlgoConfig:
     so a resumed run repeats them. The coverage continued SFT has, at one forward-backward each;
     beside oracle_states it tells whether the policy's own states add weight where it errs or
     only coverage. Logged: train/oracle_fresh_states."""
+    oracle_fresh_junction_fraction: float = 0.0
+    """oracle_fresh_states only: this fraction of the fresh states are junctions (three or four open
+    neighbours, entered by a move), as sft.junction_fraction draws them for SFT; 0 keeps the plain
+    all_squares draw (about 7% junctions). The RL stage's first wrong moves are 2-3x as frequent
+    per square at junctions as in corridors, and the oracle term on visited states leaves that rate
+    where the SFT stage had it (experiments/maze_from_sft/levers.md)."""
     restart_fraction: float = 0.0
     """Share of each rollout round's groups started not from a fresh maze but from the state just
     before the first wrong move (action != the oracle's) of a recent training episode, with that

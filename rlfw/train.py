@@ -127,6 +127,14 @@ def train_batch(episodes: list[Episode], advantages: torch.Tensor, algo: AlgoCon
     return batch
 
 
+def fresh_sampler(algo: AlgoConfig, make_env, seed: int, allowed) -> DemoSampler | None:
+    """The sampler of `algo.oracle_fresh_states` (None when off): all_squares states of training mazes
+    that `allowed` admits, `algo.oracle_fresh_junction_fraction` of them at junctions."""
+    if not algo.oracle_fresh_states:
+        return None
+    return DemoSampler(make_env, seed, "all_squares", 0.0, allowed, algo.oracle_fresh_junction_fraction)
+
+
 def fresh_segments(demos: DemoSampler | None, processor: PolicyProcessor, n: int, seed: int) -> list[Segment]:
     """`algo.oracle_fresh_states`: `n` oracle-labelled states of fresh training mazes, drawn from `seed`."""
     return [to_segment(processor, *state) for state in demos.sample(n, seed)] if demos else []
@@ -213,7 +221,7 @@ def train(cfg: Config, out_dir: Path, model_path: str, policy, engine, logger) -
     start, state = resume(cfg, store, policy, logger)
     started = time.perf_counter() - 60 * state.get("elapsed_min", 0.0)  # timing/elapsed_min runs on across resumes
     starts = start_states(cfg, make_env, allowed)
-    demos = DemoSampler(make_env, cfg.seed, "all_squares", 0.0, allowed) if a.oracle_fresh_states else None
+    demos = fresh_sampler(a, make_env, cfg.seed, allowed)
     starts.load_state_dict(state.get("restarts"))
 
     def elapsed_min() -> float:

@@ -85,6 +85,11 @@ def _oracle_errors(cfg: Config) -> list[str]:
     if a.oracle_fresh_states < 0 or (a.oracle_fresh_states > 0 and a.oracle_coef == 0):
         errs.append(f"algo.oracle_fresh_states={a.oracle_fresh_states} must be >= 0, and > 0 only with "
                     f"algo.oracle_coef > 0 (it adds states to the oracle term; got oracle_coef={a.oracle_coef})")
+    if not 0 <= a.oracle_fresh_junction_fraction <= 1:
+        errs.append(f"algo.oracle_fresh_junction_fraction={a.oracle_fresh_junction_fraction} must be in [0, 1]")
+    elif a.oracle_fresh_junction_fraction > 0 and a.oracle_fresh_states == 0:
+        errs.append("algo.oracle_fresh_junction_fraction applies to algo.oracle_fresh_states > 0 only; set "
+                    "algo.oracle_fresh_states (how many fresh states a step labels) or the fraction to 0")
     if not 0 <= a.restart_fraction <= 1:
         errs.append(f"algo.restart_fraction={a.restart_fraction} must be in [0, 1] (0 turns restarts off)")
     if a.restart_buffer_size < 1:

@@ -14,7 +14,7 @@ from rlfw.config import AlgoConfig, repo_root
 from rlfw.models.processing import PolicyProcessor
 from rlfw.rollout.demos import DemoSampler
 from rlfw.rollout.types import Episode, Segment, Task
-from rlfw.train import fresh_segments, train_batch
+from rlfw.train import fresh_sampler, fresh_segments, train_batch
 from rlfw.validation import ConfigError
 from tests.rlfw.inprocess import compose_config, train_in_process
 
@@ -63,9 +63,34 @@ def test_a_steps_fresh_states_depend_on_its_seed_alone():
     assert fresh_segments(None, processor, 6, seed=1) == [] and fresh_segments(demos, processor, 0, seed=1) == []
 
 
+def test_fresh_junction_states_are_junctions_labelled_with_the_oracles_move():
+    """algo.oracle_fresh_junction_fraction reaches the run's sampler: at 1 every fresh state is a
+    junction labelled with the oracle's move there; at 0 the draw is the plain one; with no fresh
+    states there is no sampler."""
+    from tests.envs.helpers import labelled_draws
+
+    env_cfg = compose_config(Path("unused"), "env=maze").env
+    make_env, allowed = make_env_fn(env_cfg), training_filter(env_cfg)
+
+    def drawn(algo, n):
+        return labelled_draws(fresh_sampler(algo, make_env, 0, allowed), n)
+
+    junctions = drawn(AlgoConfig(oracle_coef=1, oracle_fresh_states=4, oracle_fresh_junction_fraction=1.0), 60)
+    assert all(junction and action == oracle for junction, _, action, oracle, _ in junctions)
+    plain = drawn(AlgoConfig(oracle_coef=1, oracle_fresh_states=4), 60)
+    direct = labelled_draws(DemoSampler(make_env, 0, "all_squares", 0.0, allowed), 60)
+    assert all(a[1:4] == b[1:4] and np.array_equal(a[4], b[4]) for a, b in zip(plain, direct))
+    assert np.mean([junction for junction, *_ in plain]) < 0.2
+    assert fresh_sampler(AlgoConfig(oracle_coef=1, oracle_fresh_junction_fraction=1.0), make_env, 0, allowed) is None
+
+
 def test_bad_fresh_state_settings_are_refused_before_anything_runs(tmp_path):
     for overrides, needle in [(["algo.oracle_fresh_states=8"], "only with algo.oracle_coef > 0"),
-                              (["algo.oracle_coef=1", "algo.oracle_fresh_states=-1"], "must be >= 0")]:
+                              (["algo.oracle_coef=1", "algo.oracle_fresh_states=-1"], "must be >= 0"),
+                              (["algo.oracle_coef=1", "algo.oracle_fresh_states=8",
+                                "algo.oracle_fresh_junction_fraction=1.5"], r"must be in \[0, 1\]"),
+                              (["algo.oracle_coef=1", "algo.oracle_fresh_junction_fraction=0.5"],
+                               "applies to algo.oracle_fresh_states > 0 only")]:
         with pytest.raises(ConfigError, match=needle):
             compose_config(tmp_path, "experiment=debug", *overrides)
 

@@ -111,21 +111,10 @@ def test_junction_states_are_junctions_entered_by_a_move_and_labelled_there():
     its label the oracle's move from that square (not from the neighbour one move earlier); at 0 the
     draw is the one without the option, and a fraction in between mixes the two."""
     from envs.actions import MOVED_FEEDBACK, DIRECTION_NAMES
-    from envs.layout import distances_to, is_junction, parse_layout, path_moves
     from rlfw.build import make_env_fn
+    from tests.envs.helpers import labelled_draws as drawn
 
     make_env = make_env_fn(MazeEnvConfig(name="maze", id="rlfw/Maze2D-v0"))
-
-    def drawn(sampler, n):
-        out = []
-        for _ in range(n):
-            image, _, feedback, action = sampler.sample(1)[0]
-            u = sampler.env.unwrapped
-            walls, agent, target = parse_layout(u.layout())
-            moves = path_moves(distances_to(walls, target), agent)
-            oracle = u.action_strings[moves[0]] if moves else u.action_strings[-1]
-            out.append((is_junction(walls, agent), feedback, action, oracle, image))
-        return out
 
     states = drawn(DemoSampler(make_env, 0, "all_squares", 0.0, junction_fraction=1.0), 200)
     assert all(junction for junction, *_ in states)
