@@ -85,6 +85,11 @@ class AlgoConfig:
     """Where the PPO ratio's old log-probs come from when a step makes more than one optimizer step:
     trainer (an extra forward pass before updating) or rollout (the engine's sampling log-probs, free;
     they must match the trainer's, which `policy/rollout_logp_abs_diff` shows)."""
+    pg_coef: float = 1.0
+    """Weight of the policy-gradient term (the registered policy loss on the advantages): 1 is the
+    algorithm as published; 0 leaves the oracle, KL and entropy terms on the same rollouts, at the
+    same cost per step (with oracle_coef > 0, DAgger alone: what the outcome reward's gradient adds
+    beside the oracle term)."""
     step_advantage_weight: float = 0.0
     """Weight of GiGPO's step-level advantage added to each turn's episode-level one (0 = off; GiGPO
     uses 1). Turns of a group that saw the same observation are compared by their discounted

@@ -11,7 +11,8 @@ With `algo.oracle_coef > 0` a mini-batch also holds its groups' oracle segments 
 `rlfw.rollout.oracle`): the loss adds oracle_coef times their negative log-likelihood, a token mean
 over all of the mini-batch's labelled turns (copies counted, one forward pass per distinct segment),
 weighted across micro-batches and ranks like the policy term so that the split does not change it.
-With the term off there are no oracle segments and no extra forward pass.
+With the term off there are no oracle segments and no extra forward pass. `algo.pg_coef` weighs the
+policy-gradient term (0 keeps the oracle, KL and entropy terms alone).
 
 With several training ranks (`rlfw.distributed.ranks`) each rank runs its share of every chunk of
 work, weighted by the whole mini-batch's totals, and the gradients are summed, so the update is the
@@ -201,7 +202,7 @@ class PolicyTrainer:
             stats["rollout_logp_abs_diff"] = masked_mean((logp.detach() - engine_logp).abs(), mask)
             # every term is reduced like the policy term (same token budget under Dr. GRPO)
             ent = aggregate(entropy, mask, a.loss_reduction, max_tokens=a.loss_max_tokens)
-            total = loss - a.entropy_coef * ent
+            total = a.pg_coef * loss - a.entropy_coef * ent
             if ref is not None:
                 kl = aggregate(kl_estimate(logp, _pad([ref[i] for i in chunk], logp.shape[1]),
                                            a.kl_estimator_type), mask, a.loss_reduction, max_tokens=a.loss_max_tokens)

@@ -193,6 +193,11 @@ def validate(cfg: Config, environment: bool = True) -> None:
         errs.append(f"algo.lr={a.lr} must be > 0")
     if a.warmup_steps < 0 or not 0 <= a.min_lr_ratio <= 1:
         errs.append(f"need algo.warmup_steps >= 0 and 0 <= algo.min_lr_ratio <= 1 (got {a.warmup_steps}, {a.min_lr_ratio})")
+    if a.pg_coef < 0:
+        errs.append(f"algo.pg_coef={a.pg_coef} must be >= 0 (1 = the algorithm as published, 0 = no policy-gradient term)")
+    elif a.pg_coef == 0 and a.oracle_coef == 0 and a.entropy_coef == 0 and not a.use_kl_loss:
+        errs.append("algo.pg_coef=0 with no oracle, entropy or KL term leaves nothing to train; "
+                    "set algo.oracle_coef > 0 (DAgger alone) or algo.pg_coef > 0")
     if a.policy_loss_type == "gspo" and a.loss_reduction != "seq-mean-token-mean":
         errs.append("algo.policy_loss_type=gspo is GSPO only with algo.loss_reduction=seq-mean-token-mean")
     if a.loss_max_tokens is not None and (a.loss_reduction != "seq-mean-token-sum" or a.loss_max_tokens < 1):

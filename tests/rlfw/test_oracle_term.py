@@ -161,10 +161,42 @@ def test_the_oracle_term_does_not_depend_on_the_micro_batch_split(setup):
             torch.testing.assert_close(state[name], results[0][0][name], atol=1e-6, rtol=1e-5)
 
 
+def test_the_policy_gradient_weight_scales_its_term_and_off_leaves_the_oracle_term(setup):
+    """algo.pg_coef: with SGD and no clipping an update is linear in the loss, so the weights' move
+    with the policy term at c is c times its move at 1, and at 0 beside the oracle term it is the
+    combined move less the policy term's own; the policy term alone raises the advantage-weighted
+    log-likelihood of the sampled turns. A sign flip or an ignored weight fails it."""
+    path, processor, _, episodes = setup
+    advantages = torch.tensor([(-1.0) ** i * (1 + i % 3) for i in range(len(episodes))])
+    objective = []  # sum of advantage * token log-probs of the sampled turns, before and after
+
+    def delta(**algo):
+        policy, cfg = _policy(path, lr=0.1, max_grad_norm=0.0, oracle_states="errors", **algo)
+        policy.trainer.optimizer = torch.optim.SGD(policy.trainer.params, lr=0.1)  # the step sets algo.lr
+        batch = train_batch(episodes, advantages, cfg, processor)
+        weighted = lambda: sum(adv * float(torch.as_tensor(lp)[torch.tensor(s.loss_mask[1:]).bool()].sum())
+                               for adv, lp, s in zip(batch.advantages, policy.logprobs(batch.segments), batch.segments))
+        start, before = policy.trainable_state(), weighted()
+        policy.update(batch, step=1, seed=0)
+        objective.append((before, weighted()))
+        return {k: v - start[k] for k, v in policy.trainable_state().items()}
+
+    pg, half, both, oracle_only = (delta(), delta(pg_coef=0.5), delta(oracle_coef=1.0),
+                                   delta(oracle_coef=1.0, pg_coef=0.0))
+    assert any(float(v.abs().max()) > 1e-4 for v in pg.values())
+    assert objective[0][1] > objective[0][0] + 1e-3
+    for name in pg:
+        torch.testing.assert_close(half[name], 0.5 * pg[name], atol=1e-6, rtol=1e-4)
+        torch.testing.assert_close(oracle_only[name], both[name] - pg[name], atol=1e-6, rtol=1e-4)
+    assert any(float((oracle_only[n] - both[n]).abs().max()) > 1e-4 for n in pg)
+
+
 def test_bad_oracle_settings_are_refused_before_anything_runs(tmp_path):
     for overrides, needle in [(["algo.oracle_coef=0.5", "env.history=full"], "need env.history=none"),
                               (["algo.oracle_states=sometimes"], "algo.oracle_states"),
-                              (["algo.oracle_coef=-1"], "algo.oracle_coef=-1.0 must be >= 0")]:
+                              (["algo.oracle_coef=-1"], "algo.oracle_coef=-1.0 must be >= 0"),
+                              (["algo.pg_coef=-1"], "algo.pg_coef=-1.0 must be >= 0"),
+                              (["algo.pg_coef=0"], "leaves nothing to train")]:
         with pytest.raises(ConfigError, match=needle):
             compose_config(tmp_path, "experiment=debug", *overrides)
     if "rlfw_test/NoOracle-v0" not in gym.registry:
