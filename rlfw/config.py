@@ -87,9 +87,10 @@ class AlgoConfig:
     they must match the trainer's, which `policy/rollout_logp_abs_diff` shows)."""
     pg_coef: float = 1.0
     """Weight of the policy-gradient term (the registered policy loss on the advantages): 1 is the
-    algorithm as published; 0 leaves the oracle, KL and entropy terms on the same rollouts, at the
-    same cost per step (with oracle_coef > 0, DAgger alone: what the outcome reward's gradient adds
-    beside the oracle term)."""
+    algorithm as published; 0 keeps the rest of the step (its own rollouts, the same forward passes
+    and cost) with the oracle term alone beside any KL and entropy terms: DAgger on the policy's
+    states, what the outcome reward's gradient adds beside it. Needs oracle_coef > 0 at 0.
+    `policy/loss` stays the unweighted term."""
     step_advantage_weight: float = 0.0
     """Weight of GiGPO's step-level advantage added to each turn's episode-level one (0 = off; GiGPO
     uses 1). Turns of a group that saw the same observation are compared by their discounted

@@ -193,11 +193,17 @@ def validate(cfg: Config, environment: bool = True) -> None:
         errs.append(f"algo.lr={a.lr} must be > 0")
     if a.warmup_steps < 0 or not 0 <= a.min_lr_ratio <= 1:
         errs.append(f"need algo.warmup_steps >= 0 and 0 <= algo.min_lr_ratio <= 1 (got {a.warmup_steps}, {a.min_lr_ratio})")
-    if a.pg_coef < 0:
+    if not a.pg_coef >= 0:  # NaN too
         errs.append(f"algo.pg_coef={a.pg_coef} must be >= 0 (1 = the algorithm as published, 0 = no policy-gradient term)")
-    elif a.pg_coef == 0 and a.oracle_coef == 0 and a.entropy_coef == 0 and not a.use_kl_loss:
-        errs.append("algo.pg_coef=0 with no oracle, entropy or KL term leaves nothing to train; "
-                    "set algo.oracle_coef > 0 (DAgger alone) or algo.pg_coef > 0")
+    elif a.pg_coef == 0:
+        if a.oracle_coef == 0:  # KL to a policy's own start and entropy alone train nothing useful
+            errs.append("algo.pg_coef=0 leaves nothing to train without the oracle term; "
+                        "set algo.oracle_coef > 0 (DAgger alone) or algo.pg_coef > 0")
+        for key, val, off in [("algo.dynamic_sampling", a.dynamic_sampling, "off"),
+                              ("algo.step_advantage_weight", a.step_advantage_weight, 0.0)]:
+            if val != off:
+                errs.append(f"{key}={val} acts through the advantages, which algo.pg_coef=0 leaves unused; "
+                            f"set it to {off}")
     if a.policy_loss_type == "gspo" and a.loss_reduction != "seq-mean-token-mean":
         errs.append("algo.policy_loss_type=gspo is GSPO only with algo.loss_reduction=seq-mean-token-mean")
     if a.loss_max_tokens is not None and (a.loss_reduction != "seq-mean-token-sum" or a.loss_max_tokens < 1):

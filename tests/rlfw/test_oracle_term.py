@@ -164,8 +164,9 @@ def test_the_oracle_term_does_not_depend_on_the_micro_batch_split(setup):
 def test_the_policy_gradient_weight_scales_its_term_and_off_leaves_the_oracle_term(setup):
     """algo.pg_coef: with SGD and no clipping an update is linear in the loss, so the weights' move
     with the policy term at c is c times its move at 1, and at 0 beside the oracle term it is the
-    combined move less the policy term's own; the policy term alone raises the advantage-weighted
-    log-likelihood of the sampled turns. A sign flip or an ignored weight fails it."""
+    combined move less the policy term's own (the oracle and entropy terms unscaled); the policy
+    term alone raises the advantage-weighted log-likelihood of the sampled turns. A sign flip or an
+    ignored weight fails it."""
     path, processor, _, episodes = setup
     advantages = torch.tensor([(-1.0) ** i * (1 + i % 3) for i in range(len(episodes))])
     objective = []  # sum of advantage * token log-probs of the sampled turns, before and after
@@ -181,8 +182,8 @@ def test_the_policy_gradient_weight_scales_its_term_and_off_leaves_the_oracle_te
         objective.append((before, weighted()))
         return {k: v - start[k] for k, v in policy.trainable_state().items()}
 
-    pg, half, both, oracle_only = (delta(), delta(pg_coef=0.5), delta(oracle_coef=1.0),
-                                   delta(oracle_coef=1.0, pg_coef=0.0))
+    pg, half, both, oracle_only = (delta(), delta(pg_coef=0.5), delta(oracle_coef=1.0, entropy_coef=0.05),
+                                   delta(oracle_coef=1.0, entropy_coef=0.05, pg_coef=0.0))
     assert any(float(v.abs().max()) > 1e-4 for v in pg.values())
     assert objective[0][1] > objective[0][0] + 1e-3
     for name in pg:
@@ -196,9 +197,13 @@ def test_bad_oracle_settings_are_refused_before_anything_runs(tmp_path):
                               (["algo.oracle_states=sometimes"], "algo.oracle_states"),
                               (["algo.oracle_coef=-1"], "algo.oracle_coef=-1.0 must be >= 0"),
                               (["algo.pg_coef=-1"], "algo.pg_coef=-1.0 must be >= 0"),
-                              (["algo.pg_coef=0"], "leaves nothing to train")]:
+                              (["algo.pg_coef=nan"], "algo.pg_coef=nan must be >= 0"),
+                              (["algo.pg_coef=0", "algo.entropy_coef=0.01"], "nothing to train without the oracle"),
+                              (["algo.pg_coef=0", "algo.oracle_coef=1", "algo.dynamic_sampling=drop"],
+                               "algo.dynamic_sampling=drop acts through the advantages")]:
         with pytest.raises(ConfigError, match=needle):
             compose_config(tmp_path, "experiment=debug", *overrides)
+    compose_config(tmp_path, "experiment=debug", "algo.pg_coef=0", "algo.oracle_coef=1")  # DAgger alone
     if "rlfw_test/NoOracle-v0" not in gym.registry:
         gym.register(id="rlfw_test/NoOracle-v0", entry_point=_NoOracle)
     cfg = compose_config(tmp_path, "experiment=debug")
