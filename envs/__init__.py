@@ -22,7 +22,8 @@ The contract every rlfw environment meets (the rollout code relies on nothing el
 
 The built-ins also expose ``best_action()``, ``action_strings`` (the canonical actions),
 ``prompt()`` and ``layout()``, and ``reset(options={"layout": record})`` to replay a saved layout
-(see `envs.eval_sets`).
+(see `envs.eval_sets`). Optionally ``state_tag()`` names the kind of state the agent is in, one of
+the env's ``state_tags`` (the built-ins: junction or corridor), for levers that weigh states by it.
 """
 
 from envs.actions import ACTION_FORMATS, ACTION_STRINGS, parse_action

@@ -40,7 +40,7 @@ from envs.actions import (
     parse_action,
     task_prompt,
 )
-from envs.layout import Pos, distances_to, is_int, parse_layout, path_moves, to_record
+from envs.layout import Pos, distances_to, is_int, is_junction, parse_layout, path_moves, to_record
 from envs.render import RED, GridRenderer
 
 RENDER_MODES = ("rgb_array",)
@@ -54,6 +54,7 @@ class GridNavEnv(gym.Env):
     metadata = {"render_modes": list(RENDER_MODES), "render_fps": 4}
     target_name = "red square"  # how the prompt names the target
     target_rgb = RED
+    state_tags = ("junction", "corridor")  # what `state_tag` returns
 
     def __init__(
         self,
@@ -168,6 +169,12 @@ class GridNavEnv(gym.Env):
     def best_action(self) -> str:
         """The first oracle action from the current state (stop when on the target)."""
         return self.solve()[0]
+
+    def state_tag(self) -> str:
+        """The kind of square the agent stands on: junction (three or four open neighbours, where a
+        route chooses a branch) or corridor (any other). Levers may weigh states by it
+        (`algo.oracle_tag_weights`)."""
+        return "junction" if is_junction(self._walls, self._agent) else "corridor"
 
     def layout(self) -> dict:
         """The current layout (with the agent's current position) as a replayable record."""

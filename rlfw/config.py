@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Dict, Optional
 
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING
@@ -125,6 +125,16 @@ class AlgoConfig:
     all_squares draw (about 7% junctions). The RL stage's first wrong moves are 2-3x as frequent
     per square at junctions as in corridors, and the oracle term on visited states leaves that rate
     where the SFT stage had it (experiments/maze_from_sft/levers.md)."""
+    oracle_tag_weights: Dict[str, float] = field(default_factory=dict)
+    """Weight of the oracle term's labels on visited states by the kind of state they label (the env's
+    `state_tag()`, one of its `state_tags`; the mazes: junction or corridor), e.g.
+    `+algo.oracle_tag_weights.junction=3` (Hydra's `+` adds the key); a tag not named weighs 1, and
+    so do fresh states (oracle_fresh_states). The term stays a mean, weighted per token, so this moves the
+    term's weight between kinds of state, not its size. Junctions are about a fifth of a route's
+    squares, so most of the term's labels are corridor ones, and the RL stage leaves the error rate
+    per junction where its SFT stage had it or above (experiments/maze_from_sft/levers.md).
+    Logged: train/oracle_weight_mean (the labels' mean weight: with {junction:w} alone, 1 + (w - 1)
+    times the junctions' share of the labels)."""
     restart_fraction: float = 0.0
     """Share of each rollout round's groups started not from a fresh maze but from the state just
     before the first wrong move (action != the oracle's) of a recent training episode, with that

@@ -9,7 +9,8 @@ the whole mini-batch. Log-probs are taken at the sampling temperature, like the 
 
 With `algo.oracle_coef > 0` a mini-batch also holds its groups' oracle segments (`TrainBatch.oracle`,
 `rlfw.rollout.oracle`): the loss adds oracle_coef times their negative log-likelihood, a token mean
-over all of the mini-batch's labelled turns (copies counted, one forward pass per distinct segment),
+over all of the mini-batch's labelled turns (copies counted, one forward pass per distinct segment;
+each turn weighted by its state's tag, `algo.oracle_tag_weights`),
 weighted across micro-batches and ranks like the policy term so that the split does not change it.
 With the term off there are no oracle segments and no extra forward pass. `algo.pg_coef` weighs the
 policy-gradient term (0 keeps the oracle, KL and entropy terms alone).
@@ -150,6 +151,7 @@ class PolicyTrainer:
         ref = self.logprobs(segments, reference=True) if a.use_kl_loss else None
         keys = [segment_key(s) for s in segments]  # identical turns share a forward pass (_duplicates)
         oracle_keys = [segment_key(s) for s in batch.oracle]
+        oracle_weights = batch.oracle_weights or [1.0] * len(batch.oracle)
         totals: dict[str, list[float]] = {}
         self.model.train()
         stopped = False
@@ -160,7 +162,7 @@ class PolicyTrainer:
                 idx = [i for i, g in enumerate(groups) if g in chosen]
                 oracle_idx = [k for k, g in enumerate(batch.oracle_groups) if g in chosen]
                 stats = self._optimizer_step(segments, keys, advantages, old, ref, idx,
-                                             (batch.oracle, oracle_keys, oracle_idx))
+                                             (batch.oracle, oracle_keys, oracle_idx, oracle_weights))
                 for k, v in stats.items():
                     totals.setdefault(k, []).append(v)
                 if stats["skipped"] or stats["nonfinite"]:
@@ -178,7 +180,8 @@ class PolicyTrainer:
         return out
 
     def _optimizer_step(self, segments, keys, advantages, old, ref, idx: list[int],
-                        oracle: tuple[list[Segment], list[tuple], list[int]] = ([], [], [])) -> dict[str, float]:
+                        oracle: tuple[list[Segment], list[tuple], list[int], list[float]] = ([], [], [], [])
+                        ) -> dict[str, float]:
         a = self.algo
         token_total = sum(sum(segments[i].loss_mask[1:]) for i in idx)
         per_token_mode = a.loss_reduction == "token-mean"
@@ -232,17 +235,19 @@ class PolicyTrainer:
         acc["lr"] = self.optimizer.param_groups[0]["lr"]
         return acc
 
-    def _oracle_backward(self, oracle: list[Segment], keys: list[tuple], idx: list[int]) -> float:
-        """Backward oracle_coef * (the token-mean NLL of the oracle segments `idx`); return this rank's
-        share of that mean (the shares sum to it over ranks). Each distinct segment is one forward row,
-        its NLL counted once per copy; every chunk is divided by the mini-batch's token total, so
-        neither the micro-batch split nor the rank count changes the result."""
-        token_total = sum(sum(oracle[i].loss_mask[1:]) for i in idx)
+    def _oracle_backward(self, oracle: list[Segment], keys: list[tuple], idx: list[int],
+                         weights: list[float]) -> float:
+        """Backward oracle_coef * (the weighted token-mean NLL of the oracle segments `idx`, segment i
+        weighing `weights[i]` per token); return this rank's share of that mean (the shares sum to it
+        over ranks). Each distinct segment is one forward row, its NLL counted once per copy at that
+        copy's weight; every chunk is divided by the mini-batch's weighted token total, so neither the
+        micro-batch split nor the rank count changes the result."""
+        token_total = sum(weights[i] * sum(oracle[i].loss_mask[1:]) for i in idx)
         share = 0.0
         for unique, real in self.ranks.share(_chunks(self._duplicates(idx, keys), self.algo.sequences_per_forward)):
             logp, mask, _ = self._forward([oracle[group[0]] for group in unique])
-            copies = torch.tensor([float(len(group)) for group in unique], device=self.device)
-            nll = -((logp * mask).sum(-1) * copies).sum() / max(token_total, 1)
+            copies = torch.tensor([float(sum(weights[i] for i in group)) for group in unique], device=self.device)
+            nll = -((logp * mask).sum(-1) * copies).sum() / (token_total or 1.0)
             (self.algo.oracle_coef * nll * real * self.ranks.loss_scale).backward()
             share += float(nll.detach()) * real
         return share

@@ -29,7 +29,7 @@ from rlfw.models.processing import PolicyProcessor
 from rlfw.rollout.agent_loop import LoopLimits, collect
 from rlfw.rollout.demos import DemoSampler, to_segment
 from rlfw.rollout.engine import EngineFailure
-from rlfw.rollout.oracle import oracle_metrics, oracle_targets
+from rlfw.rollout.oracle import oracle_metrics, oracle_targets, oracle_weights
 from rlfw.rollout.restarts import StartStates
 from rlfw.rollout.types import Episode, Prompt, SamplingParams, Segment, Task, TrainBatch, prompt_key
 from rlfw.signals import raise_if_signalled
@@ -110,7 +110,8 @@ def train_batch(episodes: list[Episode], advantages: torch.Tensor, algo: AlgoCon
     `algo.step_advantage_weight` times the GiGPO step-level advantage of the turn when it is on
     (normalised by the same estimator as the episode's); with `algo.oracle_coef > 0`, the oracle
     segments of the turns `algo.oracle_states` chooses (`rlfw.rollout.oracle`; needs `processor`),
-    then the `fresh` oracle segments (`algo.oracle_fresh_states`), dealt to the groups in turn."""
+    weighted by their state tags (`algo.oracle_tag_weights`), then the `fresh` oracle segments
+    (`algo.oracle_fresh_states`, weight 1), dealt to the groups in turn."""
     batch = TrainBatch([], [], [])
     for e, a in zip(episodes, advantages.tolist()):
         batch.segments += e.segments
@@ -120,10 +121,12 @@ def train_batch(episodes: list[Episode], advantages: torch.Tensor, algo: AlgoCon
         step = step_advantages(*turn_returns(episodes, algo.step_gamma), get_adv_est(algo.advantage_estimator))
         batch.advantages = [a + algo.step_advantage_weight * s for a, s in zip(batch.advantages, step.tolist())]
     if algo.oracle_coef > 0:
-        batch.oracle, batch.oracle_groups = oracle_targets(episodes, processor, algo.oracle_states)
+        batch.oracle, batch.oracle_groups, tags = oracle_targets(episodes, processor, algo.oracle_states)
+        batch.oracle_weights = oracle_weights(tags, algo.oracle_tag_weights)
         groups = sorted({e.group_id for e in episodes})
         batch.oracle += fresh
         batch.oracle_groups += [groups[i % len(groups)] for i in range(len(fresh))]
+        batch.oracle_weights += [1.0] * len(fresh)
     return batch
 
 
@@ -268,6 +271,8 @@ def train(cfg: Config, out_dir: Path, model_path: str, policy, engine, logger) -
             metrics.update(oracle_metrics(episodes, len(batch.oracle)))
             if fresh:
                 metrics["train/oracle_fresh_states"] = len(fresh)
+            if cfg.algo.oracle_tag_weights and batch.oracle_weights:
+                metrics["train/oracle_weight_mean"] = float(np.mean(batch.oracle_weights))
             metrics.update({"train/success_rate": metrics.pop("train/pass_at_1"),
                             "train/advantage_abs_mean": float(adv.abs().mean()), "train/episodes": len(episodes),
                             "train/generated_tokens": sum(e.generated_tokens for e in episodes),

@@ -10,6 +10,7 @@ listed at once, each with how to fix it.
 from __future__ import annotations
 
 import importlib.util
+import math
 
 from rlfw.config import Config, EnvConfig, EvalRunConfig, MazeEnvConfig, SFTRunConfig, sft_stage_config
 from rlfw.rollout.backends import BACKENDS
@@ -90,6 +91,13 @@ def _oracle_errors(cfg: Config) -> list[str]:
     elif a.oracle_fresh_junction_fraction > 0 and a.oracle_fresh_states == 0:
         errs.append("algo.oracle_fresh_junction_fraction applies to algo.oracle_fresh_states > 0 only; set "
                     "algo.oracle_fresh_states (how many fresh states a step labels) or the fraction to 0")
+    tag_weights = dict(a.oracle_tag_weights or {})
+    for tag, w in tag_weights.items():
+        if not (isinstance(w, (int, float)) and math.isfinite(w) and w >= 0):
+            errs.append(f"algo.oracle_tag_weights.{tag}={w} must be a finite number >= 0 (1 leaves the tag as is)")
+    if tag_weights and a.oracle_coef == 0:
+        errs.append(f"algo.oracle_tag_weights={tag_weights} weighs the oracle term's labels; it needs "
+                    "algo.oracle_coef > 0, or set algo.oracle_tag_weights={}")
     if not 0 <= a.restart_fraction <= 1:
         errs.append(f"algo.restart_fraction={a.restart_fraction} must be in [0, 1] (0 turns restarts off)")
     if a.restart_buffer_size < 1:
@@ -101,6 +109,8 @@ def _oracle_errors(cfg: Config) -> list[str]:
         wanted.append((f"algo.oracle_fresh_states={a.oracle_fresh_states}", ["best_action", "layout"]))
     if a.restart_fraction > 0:
         wanted.append((f"algo.restart_fraction={a.restart_fraction}", ["best_action", "layout"]))
+    if tag_weights and a.oracle_coef > 0:
+        wanted.append((f"algo.oracle_tag_weights={tag_weights}", ["best_action", "state_tag"]))
     if wanted and e.history == "full":
         errs.append(f"{' and '.join(k for k, _ in wanted)} need env.history=none: with env.history=full an episode "
                     "is one training sequence (the oracle term needs each turn's own prompt) and a restart could not "
@@ -117,6 +127,11 @@ def _oracle_errors(cfg: Config) -> list[str]:
             if missing:
                 errs.append(f"{key} needs an env with an oracle, but {e.id} has no {' or '.join(f'{m}()' for m in missing)}; "
                             "use a grid env (rlfw/Maze2D-v0, rlfw/GridGoal-v0) or set it to 0")
+        known = getattr(probe, "state_tags", ())
+        unknown = sorted(set(tag_weights) - set(known)) if hasattr(probe, "state_tag") and a.oracle_coef > 0 else []
+        if unknown:
+            errs.append(f"algo.oracle_tag_weights names {unknown}, which {e.id} never returns from state_tag(); "
+                        f"its tags: {list(known)}")
     return errs
 
 

@@ -8,7 +8,8 @@ only model-generated tokens carry loss (`Segment.loss_mask`).
 Where the env has an oracle (`best_action()`), every turn also records the oracle's action at the
 state that turn's prompt showed, before the env steps, beside the action the env parsed from the
 reply (`Episode.oracle_actions`, `Episode.parsed_actions`): the labels of `rlfw.rollout.oracle` and
-the first wrong moves of `rlfw.rollout.restarts`. A task may start mid-episode (`Task.feedback`)
+the first wrong moves of `rlfw.rollout.restarts`; where the env names it, the kind of state too
+(`state_tag()`, `Episode.state_tags`). A task may start mid-episode (`Task.feedback`)
 and with fewer turns than the loop's limit (`Task.max_turns`).
 """
 
@@ -53,6 +54,7 @@ class _Running:
         self.feedback = episode.task.feedback
         self.image = obs["image"]
         self.oracle = getattr(env.unwrapped, "best_action", None)  # None: an env without an oracle
+        self.tag = getattr(env.unwrapped, "state_tag", None)
         self.max_turns = min(max_turns, episode.task.max_turns or max_turns)
         self.conversation: Segment | None = None  # history=full: everything so far, as sampled
         self.messages: list[dict] = []  # history=full: the conversation as chat messages (for endpoints)
@@ -145,6 +147,7 @@ def collect(
                 r.messages += [prompt.messages[-1], {"role": "assistant", "content": text}]
             ep = r.episode
             ep.oracle_actions.append(r.oracle() if r.oracle and limits.oracle else None)  # at the state this prompt showed
+            ep.state_tags.append(r.tag() if r.tag and limits.oracle else None)
             obs, reward, terminated, truncated, info = r.env.step(text)
             ep.parsed_actions.append(info.get("action"))
             ep.actions.append(text)

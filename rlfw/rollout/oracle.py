@@ -7,7 +7,9 @@ can: the agent loop records, at every turn, the env's `best_action()` at the sta
 reply (`Episode.parsed_actions`). `oracle_targets` turns the turns that `algo.oracle_states`
 chooses (`ORACLE_STATES`) into training segments: the turn's own prompt tokens, then the oracle's
 action and EOS as the only loss tokens, as `rlfw.rollout.demos.to_segment` builds a demonstration. The update
-(`rlfw.policy.PolicyTrainer`) adds `oracle_coef` times their mean token negative log-likelihood.
+(`rlfw.policy.PolicyTrainer`) adds `oracle_coef` times their mean token negative log-likelihood,
+weighted per segment by the kind of state it labels (`oracle_weights`, `algo.oracle_tag_weights`:
+e.g. the maze's junctions above its corridors).
 
 This is DAgger (Ross et al. 2011) on the policy's own states, with two deviations: no aggregation
 across iterations (a step's labels train that step only), and the RL loss stays beside it. Needs
@@ -48,19 +50,26 @@ def answer_segment(processor, prompt_ids: list[int], images: Sequence[np.ndarray
     return Segment(ids, [0] * len(prompt_ids) + [1] * len(answer), [0.0] * len(ids), list(images))
 
 
-def oracle_targets(episodes: list[Episode], processor, states: str) -> tuple[list[Segment], list[int]]:
-    """The oracle segments [K] of the turns `states` chooses, and their episodes' task groups [K].
-    Turn t of an episode is its segment t (env.history=none); its prompt is everything before the
-    generated tokens."""
+def oracle_targets(episodes: list[Episode], processor, states: str) -> tuple[list[Segment], list[int], list]:
+    """The oracle segments [K] of the turns `states` chooses, their episodes' task groups [K] and the
+    state tags of those turns [K] (`Episode.state_tags`; None where the env has none). Turn t of an
+    episode is its segment t (env.history=none); its prompt is everything before the generated tokens."""
     chosen = ORACLE_STATES[states]
-    segments, groups = [], []
+    segments, groups, tags = [], [], []
     for e in episodes:
         for t in chosen(e):
             seg = e.segments[t]
             prompt = len(seg.token_ids) - sum(seg.loss_mask)
             segments.append(answer_segment(processor, seg.token_ids[:prompt], seg.images, e.oracle_actions[t]))
             groups.append(e.group_id)
-    return segments, groups
+            tags.append(e.state_tags[t] if t < len(e.state_tags) else None)
+    return segments, groups, tags
+
+
+def oracle_weights(tags: Sequence[Optional[str]], tag_weights: dict[str, float]) -> list[float]:
+    """Each label's weight in the oracle term (`algo.oracle_tag_weights`): its tag's, 1 for a tag
+    the mapping does not name or a label without one."""
+    return [float(tag_weights.get(tag, 1.0)) if tag is not None else 1.0 for tag in tags]
 
 
 def oracle_metrics(episodes: list[Episode], used: int) -> dict[str, float]:

@@ -110,6 +110,9 @@ class Episode:
     parsed_actions: list[Optional[str]] = field(default_factory=list)
     """[turns] the action the env parsed from each reply (its `info["action"]`, canonical string;
     None for an invalid reply or an env that does not report it)."""
+    state_tags: list[Optional[str]] = field(default_factory=list)
+    """[turns] the env's `state_tag()` at the state each turn's prompt showed, recorded with
+    `oracle_actions` (the mazes: junction or corridor); None where the env has none."""
     frames: list[np.ndarray] = field(default_factory=list)  # observation images (kept when asked)
 
 
@@ -125,6 +128,9 @@ class TrainBatch:
     then the oracle's action and EOS as loss tokens; empty when the term is off."""
     oracle_groups: list[int] = field(default_factory=list)
     """[K] the task group of each oracle segment (it joins that group's mini-batch)."""
+    oracle_weights: list[float] = field(default_factory=list)
+    """[K] each oracle segment's weight in the term's weighted token mean (`algo.oracle_tag_weights`);
+    empty: all 1."""
 
 
 def image_digest(image: np.ndarray) -> bytes:

@@ -3,6 +3,7 @@ called directly, with the config composed from conf/ exactly as `python -m rlfw.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 from hydra import compose, initialize_config_dir
@@ -43,3 +44,12 @@ def train_in_process(cfg: Config) -> dict:
         return train(cfg, out, path, policy, engine, logger)
     finally:
         logger.close()
+
+
+def train_rows(out_dir: Path, *overrides: str) -> list[dict]:
+    """Compose `overrides` (after experiment=debug without evaluation), train in process, and return
+    the metrics.jsonl rows of the training steps."""
+    cfg = compose_config(out_dir, "experiment=debug", "trainer.eval_interval=0", *overrides)
+    train_in_process(cfg)
+    rows = map(json.loads, (Path(out_dir) / "metrics.jsonl").read_text().splitlines())
+    return [r for r in rows if "policy/loss" in r]

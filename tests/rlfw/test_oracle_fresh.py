@@ -2,7 +2,6 @@
 fresh training mazes, added after the visited ones, dealt to the step's groups in turn, and drawn
 from (seed, step) alone."""
 
-import json
 from pathlib import Path
 
 import numpy as np
@@ -16,7 +15,7 @@ from rlfw.rollout.demos import DemoSampler
 from rlfw.rollout.types import Episode, Segment, Task
 from rlfw.train import fresh_sampler, fresh_segments, train_batch
 from rlfw.validation import ConfigError
-from tests.rlfw.inprocess import compose_config, train_in_process
+from tests.rlfw.inprocess import compose_config, train_rows
 
 SFT = f"{repo_root()}/checkpoints/tiny_vl_maze_sft"
 
@@ -96,11 +95,8 @@ def test_bad_fresh_state_settings_are_refused_before_anything_runs(tmp_path):
 
 
 def test_a_run_with_fresh_states_trains_on_them_and_logs_them(tmp_path):
-    out = tmp_path / "run"
-    cfg = compose_config(out, "experiment=debug", "trainer.eval_interval=0", "algo.oracle_coef=0.5",
-                         "algo.oracle_states=first_error", "algo.oracle_fresh_states=5")
-    train_in_process(cfg)
-    rows = [r for r in map(json.loads, (out / "metrics.jsonl").read_text().splitlines()) if "policy/loss" in r]
+    rows = train_rows(tmp_path / "run", "algo.oracle_coef=0.5", "algo.oracle_states=first_error",
+                      "algo.oracle_fresh_states=5")
     assert [r["step"] for r in rows] == [1, 2]
     for r in rows:
         assert r["train/oracle_fresh_states"] == 5

@@ -2,7 +2,6 @@
 move at the state each turn saw, the oracle segment is the turn's prompt + the oracle action + EOS,
 the update pushes the oracle action up, independently of the micro-batch split, and the run logs it."""
 
-import json
 
 import gymnasium as gym
 import pytest
@@ -17,7 +16,7 @@ from rlfw.rollout.demos import to_segment
 from rlfw.rollout.types import segment_key
 from rlfw.train import train_batch
 from rlfw.validation import ConfigError, validate
-from tests.rlfw.inprocess import compose_config, train_in_process
+from tests.rlfw.inprocess import compose_config, train_rows
 from tests.rlfw.scripted import MAX_TURNS, MODEL, build, play, replay
 
 TASKS = [Task(seed=10**6 + i) for i in range(3)]
@@ -58,7 +57,7 @@ def test_the_label_is_the_oracle_move_at_the_state_the_turn_saw(setup):
 
 def test_the_oracle_segment_is_the_turns_prompt_then_the_oracle_action_and_eos(setup):
     _, processor, make_env, episodes = setup
-    segments, groups = oracle_targets(episodes, processor, "all")
+    segments, groups, _ = oracle_targets(episodes, processor, "all")
     assert len(segments) == sum(e.turns for e in episodes)
     k = 0
     for e in episodes:
@@ -81,12 +80,12 @@ def test_the_oracle_segment_is_the_turns_prompt_then_the_oracle_action_and_eos(s
 
 def test_errors_labels_only_the_turns_whose_move_was_not_the_oracles(setup):
     _, processor, _, episodes = setup
-    segments, groups = oracle_targets(episodes, processor, "errors")
+    segments, groups, _ = oracle_targets(episodes, processor, "errors")
     turns = [(i, t) for i, e in enumerate(episodes) for t in range(e.turns)]
     wrong = [(i, t) for i, t in turns if episodes[i].parsed_actions[t] != episodes[i].oracle_actions[t]]
     assert 0 < len(wrong) < len(turns)  # the plan mixes both
     assert len(segments) == len(wrong) and groups == [episodes[i].group_id for i, _ in wrong]
-    every, _ = oracle_targets(episodes, processor, "all")
+    every, _, _ = oracle_targets(episodes, processor, "all")
     at = dict(zip(turns, every))
     assert [s.token_ids for s in segments] == [at[w].token_ids for w in wrong]
 
@@ -224,11 +223,7 @@ class _NoOracle(gym.Env):
 
 
 def test_a_run_with_the_oracle_term_logs_it(tmp_path):
-    out = tmp_path / "run"
-    cfg = compose_config(out, "experiment=debug", "trainer.eval_interval=0", "algo.oracle_coef=0.5",
-                         "algo.oracle_states=all")
-    train_in_process(cfg)
-    rows = [r for r in map(json.loads, (out / "metrics.jsonl").read_text().splitlines()) if "policy/loss" in r]
+    rows = train_rows(tmp_path / "run", "algo.oracle_coef=0.5", "algo.oracle_states=all")
     assert [r["step"] for r in rows] == [1, 2]
     for r in rows:
         turns = r["train/turns_mean"] * r["train/episodes"]
@@ -270,7 +265,7 @@ def test_each_state_choice_labels_the_turns_it_names():
     e.parsed_actions.append("up")
     e.segments.append(Segment([99, 7] + stop, [0, 0] + [1] * len(stop), [0.0] * (2 + len(stop)), []))
     for states, want in [("errors", [1, 3]), ("first_error", [1]), ("all", [0, 1, 2, 3, 4])]:
-        segments, groups = oracle_targets([e], processor, states)
+        segments, groups, _ = oracle_targets([e], processor, states)
         assert [s.token_ids[0] - 100 for s in segments] == want and groups == [3] * len(want), states
         for s, t in zip(segments, want):
             answer = processor.tokenizer.encode(turns[t][0], add_special_tokens=False) + [processor.eos_token_id]
