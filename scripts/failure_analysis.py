@@ -3,6 +3,8 @@
     python scripts/failure_analysis.py runs/<run>                 # first and last evaluation
     python scripts/failure_analysis.py runs/<run> --steps 0 120
     python scripts/failure_analysis.py runs/<run> --steps 120 --policy runs/<run>/lora_sync/v120
+    python scripts/failure_analysis.py outputs/<eval>                # an rlfw.eval folder, e.g. 4,096 held-out
+    python scripts/failure_analysis.py outputs/<eval> --policy runs/<run>/lora_sync/v120
 
 For each evaluation set it prints pass@1; the error rate of the first wrong move, per kind of square
 (corridor: two open neighbours, junction: three or four, dead end: one), counted along each episode
@@ -12,7 +14,11 @@ A wrong move is any action other than the env's BFS-best one (`best_action()`); 
 that route is unique. Works for envs built on envs.gridnav.GridNavEnv.
 
 The env (and, for `--policy`, the base model) is the one the run was started with: its saved
-`<run>/config.yaml` (rlfw.config_io), not a config recomposed from today's `conf/`.
+`<run>/config.yaml` (rlfw.config_io), not a config recomposed from today's `conf/`. A `python -m
+rlfw.eval` folder holds one evaluation (`<set>/episodes.jsonl` per set, greedy, eval.n=1): its sets
+are replayed on the mazes that evaluation played, and `--policy` needs no `--steps` there (its base
+is the evaluation's model.path). Larger sets count more squares: 4,096 held-out mazes give about
+9,500 junctions where the 512 give about 1,200.
 
 With `--policy` (the policy that played those episodes: a model folder, or a PEFT adapter folder on
 top of the run's base, its SFT stage's checkpoint where it had one, else its `model.path`) it also
@@ -34,7 +40,7 @@ import torch
 from envs.actions import STOP, parse_action
 from envs.layout import open_moves, parse_layout
 from rlfw.build import eval_tasks, make_env_fn
-from rlfw.config import rl_start_model
+from rlfw.config import EvalRunConfig, rl_start_model
 from rlfw.config_io import RUN_CONFIG_FILE, load_run_config
 
 KINDS = ("corridor", "junction", "dead_end", "on_target")
@@ -124,8 +130,8 @@ def analyse(env, tasks, episodes: list[dict], policy=None) -> dict:
             "with_error": with_error, "recovered": recovered, "failures": dict(ends), "oracle_prob": oracle_prob}
 
 
-def report(name: str, step: int, r: dict) -> str:
-    lines = [f"step {step} {name}: pass@1 {r['solved']}/{r['episodes']} = {r['solved'] / r['episodes']:.3f}"]
+def report(label: str, r: dict) -> str:
+    lines = [f"{label}: pass@1 {r['solved']}/{r['episodes']} = {r['solved'] / r['episodes']:.3f}"]
     rates = ", ".join(f"{k} {w / n:.3f} ({w}/{n})" for k, (w, n) in r["error_rate"].items())
     lines.append(f"  first wrong move, per square until then: {rates}")
     lines.append(f"  episodes with a wrong move: {r['with_error']}, of which solved anyway: {r['recovered']}")
@@ -143,7 +149,8 @@ def report(name: str, step: int, r: dict) -> str:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("run", type=Path,
-                    help=f"an rlfw.run or rlfw.sft run folder ({RUN_CONFIG_FILE} and eval/step_N/<set>/)")
+                    help=f"an rlfw.run or rlfw.sft run folder ({RUN_CONFIG_FILE} and eval/step_N/<set>/), "
+                    f"or an rlfw.eval folder ({RUN_CONFIG_FILE} and <set>/)")
     ap.add_argument("--steps", type=int, nargs="*", help="evaluation steps (default: the first and the last)")
     ap.add_argument("--policy", type=Path, help="the policy that played the chosen steps' episodes (a model "
                     "folder, or an adapter folder such as <run>/lora_sync/vN): also report how sure it was "
@@ -151,27 +158,55 @@ def main() -> None:
     ap.add_argument("--base", help="with --policy: the base model folder, where the run's has moved since "
                     "(default: its SFT stage's checkpoint where it had one, else its model.path)")
     args = ap.parse_args()
-    if args.policy and (not args.steps or len(args.steps) != 1):
-        ap.error("--policy scores one evaluation's episodes: give the step it played with --steps N")
     if not (args.run / RUN_CONFIG_FILE).exists():
         raise SystemExit(f"{args.run / RUN_CONFIG_FILE} is missing: the run predates saved run configs "
-                         f"(or {args.run} is not an rlfw.run / rlfw.sft run folder)")
+                         f"(or {args.run} is not an rlfw.run, rlfw.sft or rlfw.eval folder)")
     cfg = load_run_config(args.run)  # the config the run was started with, not today's conf/
+    one_evaluation = isinstance(cfg, EvalRunConfig)
+    if one_evaluation and args.steps:
+        ap.error(f"{args.run} is an rlfw.eval folder: it holds one evaluation, with no --steps")
+    if one_evaluation and cfg.eval.n != 1:
+        raise SystemExit(f"{args.run} holds eval.n={cfg.eval.n} samples per maze; the analysis replays "
+                         "one greedy episode per maze (eval.n=1)")
+    if args.policy and not one_evaluation and (not args.steps or len(args.steps) != 1):
+        ap.error("--policy scores one evaluation's episodes: give the step it played with --steps N")
     env_cfg = cfg.env
     policy = None
     if args.policy:
         policy = load_policy_for_scoring(args.policy, args.base or rl_start_model(cfg))
         policy[0].eval()
     env = make_env_fn(env_cfg)().unwrapped
-    saved = sorted(int(p.name.split("_")[1]) for p in (args.run / "eval").glob("step_*"))
+    for label, episodes, tasks in evaluations(args.run, cfg, args.steps):
+        print(report(label, analyse(env, tasks, episodes, policy)), flush=True)
+
+
+def read_episodes(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines() if line]
+
+
+def evaluations(run: Path, cfg, steps: list[int] | None):
+    """(label, episodes, tasks) for each saved evaluation set to replay: a run's `eval/step_N/<set>/`
+    at the chosen steps (default: the first and the last), or an rlfw.eval folder's `<set>/`, its sets
+    rebuilt from its saved config (rlfw.eval.evaluation_sets: the mazes it played, layouts files too)."""
+    if isinstance(cfg, EvalRunConfig):
+        from rlfw.eval import evaluation_sets
+
+        sets = {name: tasks for name, (tasks, _) in evaluation_sets(cfg).items()}
+        saved = [name for name in sets if (run / name / "episodes.jsonl").exists()]
+        if not saved:
+            raise SystemExit(f"no episodes under {run}: expected "
+                             + ", ".join(f"{name}/episodes.jsonl" for name in sets))
+        for name in saved:
+            yield f"eval {name}", read_episodes(run / name / "episodes.jsonl"), sets[name]
+        return
+    saved = sorted(int(p.name.split("_")[1]) for p in (run / "eval").glob("step_*"))
     if not saved:
-        raise SystemExit(f"no evaluation episodes under {args.run / 'eval'} (trainer.eval_save_episodes)")
-    for step in args.steps or sorted({saved[0], saved[-1]}):
-        for folder in sorted((args.run / "eval" / f"step_{step:06d}").glob("*/episodes.jsonl")):
-            name = folder.parent.name
-            episodes = [json.loads(line) for line in folder.read_text().splitlines()]
-            tasks, _ = eval_tasks(env_cfg, "heldout", len(episodes)) if name == "heldout" else eval_tasks(env_cfg)
-            print(report(name, step, analyse(env, tasks, episodes, policy)))
+        raise SystemExit(f"no evaluation episodes under {run / 'eval'} (trainer.eval_save_episodes)")
+    for step in steps or sorted({saved[0], saved[-1]}):
+        for path in sorted((run / "eval" / f"step_{step:06d}").glob("*/episodes.jsonl")):
+            episodes, name = read_episodes(path), path.parent.name
+            tasks, _ = eval_tasks(cfg.env, "heldout", len(episodes)) if name == "heldout" else eval_tasks(cfg.env)
+            yield f"step {step} {name}", episodes, tasks
 
 
 if __name__ == "__main__":

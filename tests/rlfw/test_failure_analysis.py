@@ -99,6 +99,63 @@ def test_the_run_s_saved_config_is_used_not_today_s_conf(tmp_path, monkeypatch, 
     assert "'looping': 1" in out
 
 
+def test_an_rlfw_eval_folder_is_replayed_on_the_mazes_it_played(tmp_path, monkeypatch, capsys):
+    """An rlfw.eval folder (config.yaml, <set>/episodes.jsonl): each set is replayed on the mazes that
+    set played (the oracle's moves of one set are wrong moves on another's); --steps and sampled
+    evaluations (eval.n > 1) are refused."""
+    import pytest
+    from hydra import compose, initialize_config_dir
+    from omegaconf import OmegaConf
+
+    from envs.layout import open_moves, parse_layout
+    from rlfw.build import eval_tasks, make_env_fn
+    from rlfw.config import register_configs, repo_root
+    from rlfw.config_io import save_run_config
+
+    def eval_config(out, *overrides):
+        register_configs()
+        with initialize_config_dir(config_dir=repo_root() + "/conf", version_base="1.3"):
+            return OmegaConf.to_object(compose("eval", overrides=[f"eval.output_dir={out}", *overrides]))
+
+    out = tmp_path / "eval_out"
+    cfg = eval_config(out, "eval.sets=[eval64,heldout]", "eval.heldout_size=16")
+    env = make_env_fn(cfg.env)().unwrapped
+    expected = {}
+    for name in ("eval64", "heldout"):
+        tasks, _ = eval_tasks(cfg.env, name, 16)
+        # the mazes up to the first whose start has a wrong open move: that one looping, the others solved
+        # by the oracle; each set's episodes replay without a wrong move only on that set's mazes
+        loop = next(i for i, t in enumerate(tasks) if len(open_moves(*parse_layout(t.layout)[:2])) >= 2)
+        episodes = []
+        for i, task in enumerate(tasks[:loop + 1]):
+            if i == loop:
+                episodes.append({**_episodes(env, [task, task])[1], "index": i})
+            else:
+                env.reset(options={"layout": task.layout})
+                episodes.append({"index": i, "success": True, "actions": env.solve()})
+        (out / name).mkdir(parents=True)
+        (out / name / "episodes.jsonl").write_text("".join(json.dumps(e) + "\n" for e in episodes))
+        expected[name] = f"eval {name}: pass@1 {loop}/{loop + 1} = {loop / (loop + 1):.3f}"
+    save_run_config(cfg, out)
+    monkeypatch.setattr(sys, "argv", ["failure_analysis.py", str(out)])
+    fa.main()
+    text = capsys.readouterr().out
+    assert all(line in text for line in expected.values()), text
+    assert text.count("episodes with a wrong move: 1, of which solved anyway: 0") == 2
+    assert text.count("'looping': 1") == 2
+
+    monkeypatch.setattr(sys, "argv", ["failure_analysis.py", str(out), "--steps", "0"])
+    with pytest.raises(SystemExit):
+        fa.main()
+    assert "holds one evaluation" in capsys.readouterr().err
+    sampled = tmp_path / "sampled"
+    sampled.mkdir()
+    save_run_config(eval_config(sampled, "eval.n=4", "eval.temperature=1.0"), sampled)
+    monkeypatch.setattr(sys, "argv", ["failure_analysis.py", str(sampled)])
+    with pytest.raises(SystemExit, match="eval.n=4"):
+        fa.main()
+
+
 def test_a_run_without_a_saved_config_is_refused_by_name(tmp_path, monkeypatch):
     """A run folder from before config.yaml existed: the message names the file, with no .hydra/ fallback."""
     import pytest
