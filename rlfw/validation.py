@@ -96,8 +96,9 @@ def _oracle_errors(cfg: Config) -> list[str]:
         if not (isinstance(w, (int, float)) and math.isfinite(w) and w >= 0):
             errs.append(f"algo.oracle_tag_weights.{tag}={w} must be a finite number >= 0 (1 leaves the tag as is)")
     if tag_weights and a.oracle_coef == 0:
+        unset = " ".join(f"'~algo.oracle_tag_weights.{tag}'" for tag in tag_weights)
         errs.append(f"algo.oracle_tag_weights={tag_weights} weighs the oracle term's labels; it needs "
-                    "algo.oracle_coef > 0, or set algo.oracle_tag_weights={}")
+                    f"algo.oracle_coef > 0, or remove them: {unset}")
     if not 0 <= a.restart_fraction <= 1:
         errs.append(f"algo.restart_fraction={a.restart_fraction} must be in [0, 1] (0 turns restarts off)")
     if a.restart_buffer_size < 1:

@@ -108,6 +108,12 @@ def test_bad_tag_weights_are_refused_before_anything_runs(tmp_path):
                               (base + ["+algo.oracle_tag_weights.junctoin=3"], r"names \['junctoin'\], which")]:
         with pytest.raises(ConfigError, match=needle):
             compose_config(tmp_path, *overrides)
+    # The main job weighs junction labels 10; its outcome-only variant removes the weight as the error says.
+    with pytest.raises(ConfigError, match=r"remove them: '~algo.oracle_tag_weights.junction'"):
+        compose_config(tmp_path, "experiment=maze_sft_then_dagger", "algo.oracle_coef=0")
+    staged = compose_config(tmp_path, "experiment=maze_sft_then_dagger", "algo.oracle_coef=0",
+                            "~algo.oracle_tag_weights.junction")
+    assert staged.algo.oracle_tag_weights == {}
     cfg = compose_config(tmp_path, *base, "+algo.oracle_tag_weights={junction:3,corridor:0.5}")
     assert dict(cfg.algo.oracle_tag_weights) == {"junction": 3.0, "corridor": 0.5}
     if "rlfw_test/NoOracle-v0" not in gym.registry:

@@ -18,7 +18,8 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_the_preset_is_the_dagger_preset_after_an_sft_stage(tmp_path):
-    """maze_sft_then_dagger = maze_from_sft_dagger + the stage, both sized by wall time; nothing else."""
+    """maze_sft_then_dagger = maze_from_sft_dagger + the stage, both sized by wall time, junction labels
+    weighed 10; nothing else."""
     dagger = compose_config(tmp_path, "experiment=maze_from_sft_dagger")
     staged = compose_config(tmp_path, "experiment=maze_sft_then_dagger")
     assert dagger.sft_stage is None
@@ -29,7 +30,9 @@ def test_the_preset_is_the_dagger_preset_after_an_sft_stage(tmp_path):
     assert s.output_dir == str(tmp_path / "sft_stage")  # inside the run's folder, so a resubmitted job finds it
     t = staged.trainer
     assert (t.schedule, t.max_minutes, staged.model.compile) == ("minutes", 12, False)
+    assert staged.algo.oracle_tag_weights == {"junction": 10} and dagger.algo.oracle_tag_weights == {}
     staged.sft_stage, staged.model.compile = None, dagger.model.compile
+    staged.algo.oracle_tag_weights = dagger.algo.oracle_tag_weights
     t.total_steps, t.max_minutes, t.schedule = (dagger.trainer.total_steps, dagger.trainer.max_minutes,
                                                 dagger.trainer.schedule)
     assert staged == dagger
