@@ -129,12 +129,20 @@ class AlgoConfig:
     """Weight of the oracle term's labels on visited states by the kind of state they label (the env's
     `state_tag()`, one of its `state_tags`; the mazes: junction or corridor), e.g.
     `+algo.oracle_tag_weights.junction=3` (Hydra's `+` adds the key); a tag not named weighs 1, and
-    so do fresh states (oracle_fresh_states). The term stays a mean, weighted per token, so this moves the
+    so do fresh states (oracle_fresh_states), and a tag at 0 drops its labels before their forward
+    pass. The main job (experiment=maze_sft_then_dagger) sets junction: 10; there
+    `'~algo.oracle_tag_weights.junction'` removes it. The term stays a mean, weighted per token, so this moves the
     term's weight between kinds of state, not its size. Junctions are about a fifth of a route's
     squares, so most of the term's labels are corridor ones, and the RL stage leaves the error rate
     per junction where its SFT stage had it or above (experiments/maze_from_sft/levers.md).
     Logged: train/oracle_weight_mean (the labels' mean weight: with {junction:w} alone, 1 + (w - 1)
     times the junctions' share of the labels)."""
+    oracle_tag_states: list[str] = field(default_factory=list)
+    """Also label every visited state of these kinds (the env's `state_tag()`), beside the turns
+    oracle_states chooses, e.g. `algo.oracle_tag_states=[junction]`: first errors plus every junction
+    the policy passed, right or wrong (a turn chosen twice is labelled once). The RL stage's first-error
+    labels reach a junction only where the policy already went wrong there; these keep the ones it
+    gets right labelled too, as SFT's fresh junction states do. Each costs a forward pass."""
     restart_fraction: float = 0.0
     """Share of each rollout round's groups started not from a fresh maze but from the state just
     before the first wrong move (action != the oracle's) of a recent training episode, with that

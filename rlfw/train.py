@@ -109,8 +109,10 @@ def train_batch(episodes: list[Episode], advantages: torch.Tensor, algo: AlgoCon
     """Every segment of every episode, with its advantage and group: the episode's advantage, plus
     `algo.step_advantage_weight` times the GiGPO step-level advantage of the turn when it is on
     (normalised by the same estimator as the episode's); with `algo.oracle_coef > 0`, the oracle
-    segments of the turns `algo.oracle_states` chooses (`rlfw.rollout.oracle`; needs `processor`),
-    weighted by their state tags (`algo.oracle_tag_weights`), then the `fresh` oracle segments
+    segments of the turns `algo.oracle_states` chooses and of the visited states of the kinds
+    `algo.oracle_tag_states` names (`rlfw.rollout.oracle`; needs `processor`),
+    weighted by their state tags (`algo.oracle_tag_weights`; a label weighed 0 is left out, as it would
+    add nothing to the weighted mean but its forward pass), then the `fresh` oracle segments
     (`algo.oracle_fresh_states`, weight 1), dealt to the groups in turn."""
     batch = TrainBatch([], [], [])
     for e, a in zip(episodes, advantages.tolist()):
@@ -121,8 +123,13 @@ def train_batch(episodes: list[Episode], advantages: torch.Tensor, algo: AlgoCon
         step = step_advantages(*turn_returns(episodes, algo.step_gamma), get_adv_est(algo.advantage_estimator))
         batch.advantages = [a + algo.step_advantage_weight * s for a, s in zip(batch.advantages, step.tolist())]
     if algo.oracle_coef > 0:
-        batch.oracle, batch.oracle_groups, tags = oracle_targets(episodes, processor, algo.oracle_states)
-        batch.oracle_weights = oracle_weights(tags, algo.oracle_tag_weights)
+        segments, label_groups, tags = oracle_targets(episodes, processor, algo.oracle_states,
+                                                      algo.oracle_tag_states)
+        weights = oracle_weights(tags, algo.oracle_tag_weights)
+        kept = [k for k, w in enumerate(weights) if w > 0]
+        batch.oracle = [segments[k] for k in kept]
+        batch.oracle_groups = [label_groups[k] for k in kept]
+        batch.oracle_weights = [weights[k] for k in kept]
         groups = sorted({e.group_id for e in episodes})
         batch.oracle += fresh
         batch.oracle_groups += [groups[i % len(groups)] for i in range(len(fresh))]

@@ -99,6 +99,10 @@ def _oracle_errors(cfg: Config) -> list[str]:
         unset = " ".join(f"'~algo.oracle_tag_weights.{tag}'" for tag in tag_weights)
         errs.append(f"algo.oracle_tag_weights={tag_weights} weighs the oracle term's labels; it needs "
                     f"algo.oracle_coef > 0, or remove them: {unset}")
+    tag_states = list(a.oracle_tag_states or [])
+    if tag_states and a.oracle_coef == 0:
+        errs.append(f"algo.oracle_tag_states={tag_states} adds labels to the oracle term; it needs "
+                    "algo.oracle_coef > 0, or set algo.oracle_tag_states=[]")
     if not 0 <= a.restart_fraction <= 1:
         errs.append(f"algo.restart_fraction={a.restart_fraction} must be in [0, 1] (0 turns restarts off)")
     if a.restart_buffer_size < 1:
@@ -112,6 +116,8 @@ def _oracle_errors(cfg: Config) -> list[str]:
         wanted.append((f"algo.restart_fraction={a.restart_fraction}", ["best_action", "layout"]))
     if tag_weights and a.oracle_coef > 0:
         wanted.append((f"algo.oracle_tag_weights={tag_weights}", ["best_action", "state_tag"]))
+    if tag_states and a.oracle_coef > 0:
+        wanted.append((f"algo.oracle_tag_states={tag_states}", ["best_action", "state_tag"]))
     if wanted and e.history == "full":
         errs.append(f"{' and '.join(k for k, _ in wanted)} need env.history=none: with env.history=full an episode "
                     "is one training sequence (the oracle term needs each turn's own prompt) and a restart could not "
@@ -129,10 +135,11 @@ def _oracle_errors(cfg: Config) -> list[str]:
                 errs.append(f"{key} needs an env with an oracle, but {e.id} has no {' or '.join(f'{m}()' for m in missing)}; "
                             "use a grid env (rlfw/Maze2D-v0, rlfw/GridGoal-v0) or set it to 0")
         known = getattr(probe, "state_tags", ())
-        unknown = sorted(set(tag_weights) - set(known)) if hasattr(probe, "state_tag") and a.oracle_coef > 0 else []
-        if unknown:
-            errs.append(f"algo.oracle_tag_weights names {unknown}, which {e.id} never returns from state_tag(); "
-                        f"its tags: {list(known)}")
+        for key, named in (("algo.oracle_tag_weights", tag_weights), ("algo.oracle_tag_states", tag_states)):
+            unknown = sorted(set(named) - set(known)) if hasattr(probe, "state_tag") and a.oracle_coef > 0 else []
+            if unknown:
+                errs.append(f"{key} names {unknown}, which {e.id} never returns from state_tag(); "
+                            f"its tags: {list(known)}")
     return errs
 
 

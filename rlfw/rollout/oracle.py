@@ -50,14 +50,18 @@ def answer_segment(processor, prompt_ids: list[int], images: Sequence[np.ndarray
     return Segment(ids, [0] * len(prompt_ids) + [1] * len(answer), [0.0] * len(ids), list(images))
 
 
-def oracle_targets(episodes: list[Episode], processor, states: str) -> tuple[list[Segment], list[int], list]:
-    """The oracle segments [K] of the turns `states` chooses, their episodes' task groups [K] and the
-    state tags of those turns [K] (`Episode.state_tags`; None where the env has none). Turn t of an
+def oracle_targets(episodes: list[Episode], processor, states: str,
+                   tag_states: Sequence[str] = ()) -> tuple[list[Segment], list[int], list]:
+    """The oracle segments [K] of the turns `states` chooses, and of every labelled turn whose state
+    tag is in `tag_states` (`algo.oracle_tag_states`), their episodes' task groups [K] and the state
+    tags of those turns [K] (`Episode.state_tags`; None where the env has none). Turn t of an
     episode is its segment t (env.history=none); its prompt is everything before the generated tokens."""
     chosen = ORACLE_STATES[states]
     segments, groups, tags = [], [], []
     for e in episodes:
-        for t in chosen(e):
+        tagged = {t for t, tag in enumerate(e.state_tags)
+                  if tag in tag_states and t < len(e.oracle_actions) and e.oracle_actions[t] is not None}
+        for t in sorted(set(chosen(e)) | tagged):
             seg = e.segments[t]
             prompt = len(seg.token_ids) - sum(seg.loss_mask)
             segments.append(answer_segment(processor, seg.token_ids[:prompt], seg.images, e.oracle_actions[t]))

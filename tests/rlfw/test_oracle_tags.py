@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from envs.actions import DELTAS
-from rlfw.config import EnvConfig
+from rlfw.config import AlgoConfig, EnvConfig
 from rlfw.rollout.oracle import oracle_targets, oracle_weights
 from rlfw.rollout.types import Task
 from rlfw.train import train_batch
@@ -53,6 +53,17 @@ def test_the_tag_is_the_kind_of_square_the_turn_saw(setup):
 def test_a_label_weighs_its_tags_weight():
     assert oracle_weights(["junction", "corridor", None, "junction"], {"junction": 3.0}) == [3.0, 1.0, 1.0, 3.0]
     assert oracle_weights(["junction", "corridor"], {}) == [1.0, 1.0]
+
+
+def test_a_label_weighed_0_is_left_out_of_the_batch(setup):
+    """corridor labels at 0 leave the batch (no forward pass for them); the others keep their weights."""
+    _, processor, _, episodes = setup
+    _, _, tags = oracle_targets(episodes, processor, "all")
+    algo = AlgoConfig(name="grpo", oracle_coef=1.0, oracle_states="all",
+                      oracle_tag_weights={"corridor": 0.0, "junction": 3.0})
+    batch = train_batch(episodes, torch.zeros(len(episodes)), algo, processor)
+    assert len(batch.oracle) == len(batch.oracle_groups) == tags.count("junction") > 0
+    assert batch.oracle_weights == [3.0] * tags.count("junction") and tags.count("corridor") > 0
 
 
 def test_the_term_is_the_weighted_token_mean(setup):
@@ -128,3 +139,33 @@ def test_a_run_with_tag_weights_logs_the_labels_mean_weight(tmp_path):
                       "+algo.oracle_tag_weights.junction=3")
     assert [r["step"] for r in rows] == [1, 2]
     assert all(1 <= r["train/oracle_weight_mean"] <= 3 and r["policy/oracle_loss"] > 0 for r in rows)
+
+
+def test_tag_states_label_every_visited_state_of_those_kinds_beside_the_first_errors(setup):
+    """first_error + oracle_tag_states=[junction]: each episode's first wrong turn and every junction turn,
+    once each, in turn order, each labelled with the oracle's move at that turn's own state."""
+    _, processor, _, episodes = setup
+    segments, groups, tags = oracle_targets(episodes, processor, "first_error", ["junction"])
+    want, k = [], 0
+    for e in episodes:
+        first = [t for t, (o, p) in enumerate(zip(e.oracle_actions, e.parsed_actions)) if o is not None and p != o][:1]
+        turns = sorted(set(first) | {t for t, tag in enumerate(e.state_tags) if tag == "junction"})
+        want += [(e.group_id, e.state_tags[t]) for t in turns]
+        for t in turns:  # the prompt is turn t's, the answer the oracle's move there
+            seg, own = segments[k], e.segments[t]
+            prompt = len(own.token_ids) - sum(own.loss_mask)
+            assert seg.token_ids[:prompt] == own.token_ids[:prompt]
+            assert processor.tokenizer.decode(seg.token_ids[prompt:-1]) == e.oracle_actions[t]
+            k += 1
+    assert list(zip(groups, tags)) == want and k == len(segments)
+    assert "junction" in tags and "corridor" in tags  # first errors in corridors stay labelled
+    assert len(segments) > len(oracle_targets(episodes, processor, "first_error")[0])
+
+
+def test_tag_states_are_refused_without_the_term_or_with_a_tag_the_env_lacks(tmp_path):
+    base = ["experiment=debug", "algo.oracle_coef=1"]
+    with pytest.raises(ConfigError, match=r"oracle_tag_states=\['junction'\] adds labels .* needs algo.oracle_coef > 0"):
+        compose_config(tmp_path, "experiment=debug", "algo.oracle_tag_states=[junction]")
+    with pytest.raises(ConfigError, match=r"algo.oracle_tag_states names \['junctoin'\], which"):
+        compose_config(tmp_path, *base, "algo.oracle_tag_states=[junctoin]")
+    assert compose_config(tmp_path, *base, "algo.oracle_tag_states=[junction]").algo.oracle_tag_states == ["junction"]
