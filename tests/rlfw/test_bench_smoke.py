@@ -80,3 +80,10 @@ def test_bench_engine_autocast_smoke():
     out = _smoke("bench_engine_autocast.py")
     assert "| float32 |" in out and "| bf16 autocast |" in out
     assert "first turns of 4 mazes, greedy: the same reply on" in out
+
+
+def test_bench_vision_attention_smoke():
+    """scripts/bench_vision_attention.py: both sides timed on SFT steps and rollouts."""
+    out = _smoke("bench_vision_attention.py")
+    assert "| SFT step (states/s) |" in out and "| rollout (turns/s) |" in out
+    assert "batched / loop" in out
