@@ -23,6 +23,7 @@ import time
 from pathlib import Path
 
 import torch
+
 from rlfw.build import make_env_fn, prepare_base_model
 from rlfw.config import MazeEnvConfig, ModelConfig, TinyVLSpec
 from rlfw.models import compile_language_model, load_policy, resolve_train_autocast

@@ -55,9 +55,9 @@ def resolve_train_autocast(value: str | None, device: str | torch.device = "cpu"
 def compile_language_model(model: torch.nn.Module) -> torch.nn.Module:
     """torch.compile the policy's language model (transformers' `get_decoder()`) in place, with
     dynamic shapes, so turns of any length and batches of any size share one graph; return it. The
-    vision tower stays eager (compiling its blocks too was slower for an SFT step of 64 maze states on
-    2 CPU cores), and the top level (placing image features, the LM head) is cheap. Code that must not run compiled (generation with a KV cache) runs under
-    `torch.compiler.set_stance("force_eager")`."""
+    vision tower stays eager (compiling its blocks too was slower for an SFT step of 64 maze states
+    on 2 CPU cores), and the top level (placing image features, the LM head) is cheap. Code that must
+    not run compiled (generation with a KV cache) runs under `torch.compiler.set_stance("force_eager")`."""
     decoder = model.get_decoder()
     decoder.compile(dynamic=True)
     return decoder

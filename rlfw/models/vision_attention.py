@@ -49,20 +49,17 @@ def pack_vision_attention(model: torch.nn.Module) -> int:
     Qwen3-VL module lacks the helpers the batched call uses, are left as they are (0)."""
     if not all(hasattr(qwen3_vl, name) for name in _HELPERS):
         return 0
-    n = 0
-    for module in model.modules():
-        if type(module) is qwen3_vl.Qwen3VLVisionAttention:
-            module.__class__ = PackedVisionAttention
-            n += 1
-    return n
+    return _swap_class(model, qwen3_vl.Qwen3VLVisionAttention, PackedVisionAttention)
 
 
 def unpack_vision_attention(model: torch.nn.Module) -> int:
     """The inverse of `pack_vision_attention`: transformers' per-image loop again, in place; return
     how many modules changed. For checking and benchmarking the batched call against it."""
-    n = 0
-    for module in model.modules():
-        if type(module) is PackedVisionAttention:
-            module.__class__ = qwen3_vl.Qwen3VLVisionAttention
-            n += 1
-    return n
+    return _swap_class(model, PackedVisionAttention, qwen3_vl.Qwen3VLVisionAttention)
+
+
+def _swap_class(model: torch.nn.Module, old: type, new: type) -> int:
+    modules = [m for m in model.modules() if type(m) is old]
+    for module in modules:
+        module.__class__ = new
+    return len(modules)
