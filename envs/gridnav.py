@@ -114,11 +114,16 @@ class GridNavEnv(gym.Env):
                     f"layout grid is {walls.shape[0]}x{walls.shape[1]} but this env is "
                     f"{self.shape[0]}x{self.shape[1]}; make the env with a matching size"
                 )
+        # a layout on the maze already loaded (a restart, another square of it) keeps its distances
+        # and background: they depend on the walls and the target alone
+        same_maze = (layout is not None and self._walls is not None and target == self._target
+                     and np.array_equal(walls, self._walls))
+        if not same_maze:
+            self._blocked = walls.tolist()
+            self._dist = distances_to(walls, target)
+            self._renderer = GridRenderer(walls, target, self.cell_px, self.target_rgb)
         self._walls = walls
-        self._blocked = walls.tolist()
         self._agent, self._target = agent, target
-        self._dist = distances_to(walls, target)
-        self._renderer = GridRenderer(walls, target, self.cell_px, self.target_rgb)
         self._turn = 0
         self._success = False
         text = self.prompt()
@@ -178,7 +183,7 @@ class GridNavEnv(gym.Env):
 
     def layout(self) -> dict:
         """The current layout (with the agent's current position) as a replayable record."""
-        return to_record(self._walls, self._agent, self._target)
+        return to_record(self._walls, self._agent, self._target, self._dist)
 
     # --- helpers ------------------------------------------------------------------------------
     def _obs(self, text: str) -> dict:

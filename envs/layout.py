@@ -80,9 +80,10 @@ def path_moves(dist: list[list[int]], agent: Pos) -> list[int]:
     return moves
 
 
-def to_record(walls: np.ndarray, agent: Pos, target: Pos) -> dict:
-    """The JSON-able record of a layout, with its shortest path length."""
-    dist = distances_to(walls, target)
+def to_record(walls: np.ndarray, agent: Pos, target: Pos, dist: list[list[int]] | None = None) -> dict:
+    """The JSON-able record of a layout, with its shortest path length (from `dist`, the layout's
+    `distances_to(walls, target)`, when the caller has it)."""
+    dist = distances_to(walls, target) if dist is None else dist
     return {
         "grid": ["".join(WALL if w else FLOOR for w in row) for row in walls.tolist()],
         "agent": list(agent),

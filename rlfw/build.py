@@ -124,22 +124,37 @@ def build_logger(cfg: Config, out_dir: Path):
                         run_config=cfg)
 
 
-def training_filter(env: EnvConfig, heldout_size: int = 0) -> Callable[[int], bool] | None:
+class TrainingFilter:
+    """Whether a training maze stays clear of every evaluation maze (`envs.eval_sets.reserved_keys`).
+
+    `allowed(seed)` resets a probe env of its own to the seed and looks at its layout;
+    `allowed.admits(layout)` judges a layout already in hand, so a caller that resets its own env to
+    the seed anyway (`rlfw.rollout.demos.DemoSampler`) does not generate each maze twice.
+    """
+
+    def __init__(self, probe: gym.Env, reserved: frozenset):
+        self._probe, self._reserved = probe, reserved
+
+    def __call__(self, seed: int) -> bool:
+        self._probe.reset(seed=seed)
+        return self.admits(self._probe.layout())
+
+    def admits(self, layout: dict) -> bool:
+        from envs.eval_sets import layout_key
+
+        return layout_key(layout) not in self._reserved
+
+
+def training_filter(env: EnvConfig, heldout_size: int = 0) -> TrainingFilter | None:
     """`allowed(seed)`: whether a training seed's layout stays clear of every evaluation maze
-    (`envs.eval_sets.reserved_keys`, with at least `heldout_size` held-out layouts). None when the
-    env cannot export layouts, so there is nothing to compare."""
-    from envs.eval_sets import RESERVED_HELDOUT, layout_key, reserved_keys
+    (`envs.eval_sets.reserved_keys`, with at least `heldout_size` held-out layouts); see
+    `TrainingFilter`. None when the env cannot export layouts, so there is nothing to compare."""
+    from envs.eval_sets import RESERVED_HELDOUT, reserved_keys
 
     probe = make_env_fn(env)().unwrapped
     if not hasattr(probe, "layout"):
         return None
-    reserved = reserved_keys(env.id, max(RESERVED_HELDOUT, heldout_size), **env_kwargs(env))
-
-    def allowed(seed: int) -> bool:
-        probe.reset(seed=seed)
-        return layout_key(probe.layout()) not in reserved
-
-    return allowed
+    return TrainingFilter(probe, reserved_keys(env.id, max(RESERVED_HELDOUT, heldout_size), **env_kwargs(env)))
 
 
 def eval_tasks(env: EnvConfig, eval_set: str | None = None, size: int | None = None):

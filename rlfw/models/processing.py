@@ -20,6 +20,7 @@ from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import Qwen2VLIm
 
 
 RLFW_PROCESSOR_FILE = "rlfw_processor.json"  # rlfw's own processor settings beside the HF files
+_TEXT_CACHE_SIZE = 4096  # texts whose ids PolicyProcessor keeps (see _encode_text)
 
 
 @dataclass
@@ -45,6 +46,7 @@ class PolicyProcessor:
         self.image_token_id = tokenizer.convert_tokens_to_ids("<|image_pad|>")
         self.eos_token_id = tokenizer.convert_tokens_to_ids("<|im_end|>")
         self.pad_token_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else self.eos_token_id
+        self._text_ids: dict[str, tuple[int, ...]] = {}  # see _encode_text
         self._newline_ids = tokenizer.encode("\n", add_special_tokens=False)
         self._gen_prompt_ids = self._encode_text("<|im_start|>assistant\n")
         # tokens a reply must never contain: structure and vision placeholders
@@ -73,7 +75,13 @@ class PolicyProcessor:
 
     # -- encoding ------------------------------------------------------------------------------
     def _encode_text(self, text: str) -> list[int]:
-        return self.tokenizer.encode(text, add_special_tokens=False)
+        # an env repeats a handful of texts (its task prompts, its feedback), so their ids are kept:
+        # a bounded table, emptied when full, so that a stream of unique texts costs no memory
+        if (ids := self._text_ids.get(text)) is None:
+            if len(self._text_ids) >= _TEXT_CACHE_SIZE:
+                self._text_ids.clear()
+            ids = self._text_ids[text] = tuple(self.tokenizer.encode(text, add_special_tokens=False))
+        return list(ids)
 
     def check_image(self, image: np.ndarray) -> np.ndarray:
         """`image` if it has the size this policy was trained on; else a ValueError naming the fix

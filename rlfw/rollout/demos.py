@@ -34,12 +34,20 @@ class DemoSampler:
         self.junction_fraction = junction_fraction
         self.n_moves = len(self.env.unwrapped.action_strings) - 1  # the last action is stop
 
-    def _seed(self) -> int:
-        """A training seed whose maze is not an evaluation maze (`allowed`, see rlfw.build.training_filter)."""
+    def _reset(self) -> tuple[int, dict, dict]:
+        """Reset the env to a fresh training maze that is not an evaluation maze; (seed, observation,
+        layout). A filter that can judge a layout (`admits`, rlfw.build.TrainingFilter's) judges the
+        one just generated; a plain `allowed(seed)` is asked before the reset. The layout is None for
+        an env without `layout()`."""
+        admits, u = getattr(self.allowed, "admits", None), self.env.unwrapped
         while True:
             seed = int(self.rng.integers(self.seeds.start, self.seeds.stop))
-            if self.allowed is None or self.allowed(seed):
-                return seed
+            if admits is None and self.allowed is not None and not self.allowed(seed):
+                continue
+            obs, _ = self.env.reset(seed=seed)
+            layout = u.layout() if hasattr(u, "layout") else None
+            if admits is None or admits(layout):
+                return seed, obs, layout
 
     def _label(self, obs: dict, task: str, feedback: str) -> tuple:
         return obs["image"], task, feedback, self.env.unwrapped.best_action()
@@ -48,9 +56,8 @@ class DemoSampler:
         """A random open square (its genuine feedback from one random move), or the start state; with
         `junction_fraction`, that fraction of the states are junctions instead (`_junction`)."""
         env, u = self.env, self.env.unwrapped
-        obs, _ = env.reset(seed=self._seed())
+        _, obs, record = self._reset()
         task = obs["text"]
-        record = u.layout()
         if self.junction_fraction and self.rng.random() < self.junction_fraction:
             if (state := self._junction(record, task)) is not None:
                 return state
@@ -83,7 +90,7 @@ class DemoSampler:
         env, u = self.env, self.env.unwrapped
         out: list[tuple] = []
         while len(out) < n:
-            obs, _ = env.reset(seed=self._seed())
+            obs = self._reset()[1]
             task, feedback = obs["text"], ""
             for _ in range(u.max_turns):
                 out.append(self._label(obs, task, feedback))

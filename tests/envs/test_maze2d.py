@@ -255,3 +255,22 @@ def test_layout_extra_keys_ignored_and_roundtrip():
     assert record == {**CORRIDOR, "shortest_moves": 6}
     _, info = env.reset(options={"layout": {**record, "seed": 5, "note": "x"}})
     assert info["agent"] == (3, 1)
+
+
+def test_a_layout_on_the_loaded_maze_plays_as_on_a_fresh_env():
+    """reset(layout) on the maze already loaded keeps its BFS distances and background (they depend
+    on walls and target alone): every square, and a target moved on the same walls, plays exactly
+    as on a fresh env."""
+    env = gym.make("rlfw/Maze2D-v0", difficulty="easy")
+    env.reset(seed=10**6 + 3)
+    record = env.unwrapped.layout()
+    squares = [[r, c] for r, row in enumerate(record["grid"]) for c, ch in enumerate(row) if ch == "."]
+    moved_target = {**record, "target": squares[0], "agent": squares[-1]}
+    for layout in [{**record, "agent": sq} for sq in squares[::3]] + [moved_target, record]:
+        fresh = gym.make("rlfw/Maze2D-v0", difficulty="easy")
+        for e in (env, fresh):
+            e.reset(options={"layout": layout})
+        for action in [RIGHT, UP, LEFT, DOWN, STOP]:
+            assert env.unwrapped.layout() == fresh.unwrapped.layout()
+            assert env.unwrapped.best_action() == fresh.unwrapped.best_action()
+            assert data_equivalence(env.step(action), fresh.step(action))

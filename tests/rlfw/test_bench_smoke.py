@@ -87,3 +87,12 @@ def test_bench_vision_attention_smoke():
     out = _smoke("bench_vision_attention.py")
     assert "| SFT step (states/s) |" in out and "| rollout (turns/s) |" in out
     assert "batched / loop" in out
+
+
+def test_bench_sft_data_smoke():
+    """scripts/bench_sft_data.py: each part of the SFT data path timed on both sides."""
+    out = _smoke("bench_sft_data.py")
+    for row in ("| drawing states (states/s) |", "| encoding states (states/s) |",
+                "| reset to a layout (resets/s) |", "| the data path (states/s) |"):
+        assert row in out
+    assert "now / before" in out
