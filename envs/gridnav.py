@@ -115,7 +115,8 @@ class GridNavEnv(gym.Env):
                     f"{self.shape[0]}x{self.shape[1]}; make the env with a matching size"
                 )
         # a layout on the maze already loaded (a restart, another square of it) keeps its distances
-        # and background: they depend on the walls and the target alone
+        # and background: they depend on the walls and the target alone (and on cell_px and
+        # target_rgb, which are fixed for an env's life)
         same_maze = (layout is not None and self._walls is not None and target == self._target
                      and np.array_equal(walls, self._walls))
         if not same_maze:

@@ -32,7 +32,7 @@ def agent_mask(cell_px: int) -> np.ndarray:
 
 
 class GridRenderer:
-    """Draws frames of one layout; build it once per layout (per reset), call `frame` per step."""
+    """Draws frames of one maze (walls and target); build it once per maze, call `frame` per step."""
 
     def __init__(self, walls: np.ndarray, target: tuple[int, int], cell_px: int, target_rgb=RED):
         self.cell_px = cell_px

@@ -34,12 +34,13 @@ class DemoSampler:
         self.junction_fraction = junction_fraction
         self.n_moves = len(self.env.unwrapped.action_strings) - 1  # the last action is stop
 
-    def _reset(self) -> tuple[int, dict, dict]:
+    def _reset(self) -> tuple[int, dict, dict | None]:
         """Reset the env to a fresh training maze that is not an evaluation maze; (seed, observation,
         layout). A filter that can judge a layout (`admits`, rlfw.build.TrainingFilter's) judges the
-        one just generated; a plain `allowed(seed)` is asked before the reset. The layout is None for
-        an env without `layout()`."""
-        admits, u = getattr(self.allowed, "admits", None), self.env.unwrapped
+        one just generated; a plain `allowed(seed)` is asked before the reset, as is any filter for
+        an env without `layout()` (whose layout is None)."""
+        u = self.env.unwrapped
+        admits = getattr(self.allowed, "admits", None) if hasattr(u, "layout") else None
         while True:
             seed = int(self.rng.integers(self.seeds.start, self.seeds.stop))
             if admits is None and self.allowed is not None and not self.allowed(seed):

@@ -259,14 +259,22 @@ def test_layout_extra_keys_ignored_and_roundtrip():
 
 def test_a_layout_on_the_loaded_maze_plays_as_on_a_fresh_env():
     """reset(layout) on the maze already loaded keeps its BFS distances and background (they depend
-    on walls and target alone): every square, and a target moved on the same walls, plays exactly
-    as on a fresh env."""
+    on walls and target alone): every third square, a target moved on the same walls, and another
+    maze with the same target play exactly as on a fresh env."""
     env = gym.make("rlfw/Maze2D-v0", difficulty="easy")
     env.reset(seed=10**6 + 3)
     record = env.unwrapped.layout()
     squares = [[r, c] for r, row in enumerate(record["grid"]) for c, ch in enumerate(row) if ch == "."]
     moved_target = {**record, "target": squares[0], "agent": squares[-1]}
-    for layout in [{**record, "agent": sq} for sq in squares[::3]] + [moved_target, record]:
+    probe = gym.make("rlfw/Maze2D-v0", difficulty="easy").unwrapped
+
+    def layout_of(seed: int) -> dict:
+        probe.reset(seed=seed)
+        return probe.layout()
+
+    other_walls = next(o for o in map(layout_of, range(10**6 + 4, 10**6 + 204))
+                       if o["target"] == record["target"] and o["grid"] != record["grid"])
+    for layout in [{**record, "agent": sq} for sq in squares[::3]] + [moved_target, record, other_walls, record]:
         fresh = gym.make("rlfw/Maze2D-v0", difficulty="easy")
         for e in (env, fresh):
             e.reset(options={"layout": layout})

@@ -44,7 +44,8 @@ def test_demonstrations_skip_rejected_mazes():
 def test_demonstrations_generate_each_maze_once_and_draw_as_with_a_seed_filter():
     """Given training_filter's filter, the sampler judges the maze it generated itself (`admits`)
     instead of asking the filter's probe env to generate it again: the filter's own env is never
-    reset, and the states are those a plain seed filter with the same verdicts draws."""
+    reset, and the states are those a plain seed filter with the same verdicts draws (these 96 mazes
+    may all be admitted: the next test makes the in-hand path reject)."""
     env_cfg = MazeEnvConfig(name="maze", id="rlfw/Maze2D-v0")
     make_env, allowed = make_env_fn(env_cfg), training_filter(env_cfg)
     asked = []
