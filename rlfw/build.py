@@ -133,16 +133,16 @@ class TrainingFilter:
     """
 
     def __init__(self, probe: gym.Env, reserved: frozenset):
-        self._probe, self._reserved = probe, reserved
+        from envs.eval_sets import layout_key
+
+        self._probe, self._reserved, self._key = probe, reserved, layout_key
 
     def __call__(self, seed: int) -> bool:
         self._probe.reset(seed=seed)
         return self.admits(self._probe.layout())
 
     def admits(self, layout: dict) -> bool:
-        from envs.eval_sets import layout_key
-
-        return layout_key(layout) not in self._reserved
+        return self._key(layout) not in self._reserved
 
 
 def training_filter(env: EnvConfig, heldout_size: int = 0) -> TrainingFilter | None:

@@ -40,13 +40,14 @@ class DemoSampler:
         one just generated; a plain `allowed(seed)` is asked before the reset, as is any filter for
         an env without `layout()` (whose layout is None)."""
         u = self.env.unwrapped
-        admits = getattr(self.allowed, "admits", None) if hasattr(u, "layout") else None
+        has_layout = hasattr(u, "layout")
+        admits = getattr(self.allowed, "admits", None) if has_layout else None
         while True:
             seed = int(self.rng.integers(self.seeds.start, self.seeds.stop))
             if admits is None and self.allowed is not None and not self.allowed(seed):
                 continue
             obs, _ = self.env.reset(seed=seed)
-            layout = u.layout() if hasattr(u, "layout") else None
+            layout = u.layout() if has_layout else None
             if admits is None or admits(layout):
                 return seed, obs, layout
 
