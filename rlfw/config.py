@@ -125,6 +125,13 @@ class AlgoConfig:
     all_squares draw (about 7% junctions). The RL stage's first wrong moves are 2-3x as frequent
     per square at junctions as in corridors, and the oracle term on visited states leaves that rate
     where the SFT stage had it (experiments/maze_from_sft/levers.md)."""
+    oracle_fresh_from: float = 0.0
+    """oracle_fresh_states only: the fraction of the run done (steps out of trainer.total_steps, or
+    minutes out of trainer.max_minutes on the minutes schedule) from which the fresh states join;
+    before it a step trains on the visited states alone, as without them. 0 = from the first step.
+    The fresh junction states lower the junction errors and raise the corridor ones that the first
+    errors' labels cut early (experiments/maze_from_sft/levers.md); starting them late leaves those
+    first steps as they were. Logged: train/oracle_fresh_states on the steps that have them."""
     oracle_tag_weights: Dict[str, float] = field(default_factory=dict)
     """Weight of the oracle term's labels on visited states by the kind of state they label (the env's
     `state_tag()`, one of its `state_tags`; the mazes: junction or corridor), e.g.

@@ -260,9 +260,11 @@ def train(cfg: Config, out_dir: Path, model_path: str, policy, engine, logger) -
             adv = adv_fn(rewards, groups)
             t0 = time.perf_counter()
             engine.sleep()
-            fresh = fresh_segments(demos, processor, a.oracle_fresh_states, step_seed(cfg.seed, step, 98))
-            batch = train_batch(episodes, adv, cfg.algo, processor, fresh)
             progress = elapsed_min() / t.max_minutes if t.schedule == "minutes" else None  # the LR on wall time
+            done = progress if progress is not None else (step - 1) / t.total_steps
+            n_fresh = a.oracle_fresh_states if done >= a.oracle_fresh_from else 0
+            fresh = fresh_segments(demos, processor, n_fresh, step_seed(cfg.seed, step, 98))
+            batch = train_batch(episodes, adv, cfg.algo, processor, fresh)
             stats = policy.update(batch, step, seed=step_seed(cfg.seed, step, 99), lr_progress=progress)
             engine.wake_up()
             if stats["nonfinite"] or not np.isfinite(stats["loss"]):  # before anything is published

@@ -91,6 +91,12 @@ def _oracle_errors(cfg: Config) -> list[str]:
     elif a.oracle_fresh_junction_fraction > 0 and a.oracle_fresh_states == 0:
         errs.append("algo.oracle_fresh_junction_fraction applies to algo.oracle_fresh_states > 0 only; set "
                     "algo.oracle_fresh_states (how many fresh states a step labels) or the fraction to 0")
+    if not 0 <= a.oracle_fresh_from < 1:
+        errs.append(f"algo.oracle_fresh_from={a.oracle_fresh_from} must be in [0, 1) (the fraction of the run "
+                    "done before fresh states join; 0 = from the first step)")
+    elif a.oracle_fresh_from > 0 and a.oracle_fresh_states == 0:
+        errs.append("algo.oracle_fresh_from applies to algo.oracle_fresh_states > 0 only; set "
+                    "algo.oracle_fresh_states (how many fresh states a step labels) or oracle_fresh_from to 0")
     tag_weights = dict(a.oracle_tag_weights or {})
     for tag, w in tag_weights.items():
         if not (isinstance(w, (int, float)) and math.isfinite(w) and w >= 0):

@@ -89,7 +89,11 @@ def test_bad_fresh_state_settings_are_refused_before_anything_runs(tmp_path):
                               (["algo.oracle_coef=1", "algo.oracle_fresh_states=8",
                                 "algo.oracle_fresh_junction_fraction=1.5"], r"must be in \[0, 1\]"),
                               (["algo.oracle_coef=1", "algo.oracle_fresh_junction_fraction=0.5"],
-                               "applies to algo.oracle_fresh_states > 0 only")]:
+                               "applies to algo.oracle_fresh_states > 0 only"),
+                              (["algo.oracle_coef=1", "algo.oracle_fresh_states=8", "algo.oracle_fresh_from=1"],
+                               r"must be in \[0, 1\)"),
+                              (["algo.oracle_coef=1", "algo.oracle_fresh_from=0.5"],
+                               "oracle_fresh_from applies to algo.oracle_fresh_states > 0 only")]:
         with pytest.raises(ConfigError, match=needle):
             compose_config(tmp_path, "experiment=debug", *overrides)
 
@@ -102,3 +106,13 @@ def test_a_run_with_fresh_states_trains_on_them_and_logs_them(tmp_path):
         assert r["train/oracle_fresh_states"] == 5
         assert 5 <= r["train/oracle_states"] <= 5 + r["train/episodes"]  # at most one first error each
         assert r["policy/oracle_loss"] > 0
+
+
+def test_fresh_states_join_from_oracle_fresh_from(tmp_path):
+    """algo.oracle_fresh_from=0.5 of a two-step run: step 1 (none of the run done) trains on the visited
+    states alone, step 2 (half done) adds its fresh ones."""
+    rows = train_rows(tmp_path / "run", "algo.oracle_coef=0.5", "algo.oracle_states=first_error",
+                      "algo.oracle_fresh_states=5", "algo.oracle_fresh_from=0.5")
+    assert [r["step"] for r in rows] == [1, 2]
+    assert "train/oracle_fresh_states" not in rows[0] and rows[0]["train/oracle_states"] <= rows[0]["train/episodes"]
+    assert rows[1]["train/oracle_fresh_states"] == 5
