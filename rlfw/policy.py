@@ -34,6 +34,7 @@ from rlfw.config import AlgoConfig, FSDPConfig
 from rlfw.distributed.ranks import Ranks
 from rlfw.models import DTYPES, compile_language_model
 from rlfw.models.processing import PolicyProcessor, collate
+from rlfw.models.last_layer import layer_kwargs
 from rlfw.models.weights import save_policy_weights
 from rlfw.rollout.types import Segment, TrainBatch, segment_key
 from rlfw.schedule import lr_factor, lr_factor_by_time
@@ -327,7 +328,7 @@ def sequence_logprobs(model: torch.nn.Module, processor: PolicyProcessor, segmen
     mask = mask.to(device)
     keep = torch.cat([mask.bool(), torch.zeros_like(mask[:, :1], dtype=torch.bool)], dim=1)  # [B, T]: predicts a masked token
     with torch.autocast(device.type, dtype=DTYPES[autocast] if autocast else None, enabled=autocast is not None):
-        logits = model(**batch, logits_to_keep=keep).logits  # [N, V]: the kept positions, row-major
+        logits = model(**batch, logits_to_keep=keep, use_cache=False, **layer_kwargs(model, keep)).logits  # [N, V]: kept positions
     logits = logits.reshape(-1, logits.shape[-1]).float() / temperature
     on = mask.bool()  # [B, T-1], the same N positions as keep[:, :-1]
     logp = torch.zeros_like(mask)

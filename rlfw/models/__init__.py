@@ -15,14 +15,17 @@ def load_policy(path: str | Path, dtype: str = "float32",
                 attn_implementation: str | None = None) -> tuple[torch.nn.Module, PolicyProcessor]:
     """Load a Qwen-VL checkpoint folder (model + tokenizer + image processor) or hub id; with
     `attn_implementation` (eager, sdpa, ...) in place of the checkpoint's attention kernel. The vision
-    tower attends over a batch of equal-sized images in one call (`rlfw.models.vision_attention`)."""
+    tower attends over a batch of equal-sized images in one call (`rlfw.models.vision_attention`), and
+    a training forward runs the last layer at the positions its loss reads (`rlfw.models.last_layer`)."""
     from transformers import AutoModelForImageTextToText
 
+    from rlfw.models.last_layer import trim_last_layer
     from rlfw.models.vision_attention import pack_vision_attention
 
     kernel = {"attn_implementation": attn_implementation} if attn_implementation else {}
     model = AutoModelForImageTextToText.from_pretrained(str(path), dtype=DTYPES[dtype], **kernel)
     pack_vision_attention(model)
+    trim_last_layer(model)
     return model, PolicyProcessor.from_pretrained(path)
 
 

@@ -96,3 +96,9 @@ def test_bench_sft_data_smoke():
                 "| reset to a layout (resets/s) |", "| the data path (states/s) |"):
         assert row in out
     assert "now / before" in out
+
+
+def test_bench_last_layer_smoke():
+    """scripts/bench_last_layer.py: both sides timed on SFT steps."""
+    out = _smoke("bench_last_layer.py")
+    assert "| SFT step (states/s, forward + backward + AdamW) |" in out and "kept / every" in out
