@@ -9,8 +9,8 @@ at the kept ones alone. `LastLayerAtQueries` computes exactly that when the forw
 `query_positions` ([B, Q] distinct positions a row, the kept ones among them); the other rows of its
 output are its input, unused (only the kept rows reach the LM head). Without `query_positions`,
 with a KV cache (generation), with flash attention or without a materialized attention mask it is
-transformers' own layer. On 2 CPU cores it made the main job's SFT step (64 maze states) about
-1.1x as fast (experiments/bench/README.md, "The last layer at the kept positions").
+transformers' own layer. On 2 CPU cores it made the main job's SFT step (64 maze states) 1.16x as
+fast (experiments/bench/README.md, "The last layer at the kept positions").
 """
 
 from __future__ import annotations
