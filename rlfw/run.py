@@ -17,7 +17,7 @@ import hydra
 from omegaconf import DictConfig, OmegaConf
 
 from rlfw.config import Config, register_configs
-from rlfw.signals import rearm_sigterm, sigterm_raises
+from rlfw.signals import describe_stop, rearm_sigterm, sigterm_raises, stop_cause
 from rlfw.validation import validate
 
 register_configs()
@@ -59,8 +59,11 @@ def main_from_config(cfg: Config) -> dict:
     except BaseException as exc:
         hint = (f"rerun with trainer.output_dir={out_dir} trainer.resume_mode=latest" if cfg.trainer.ckpt_interval
                 else "no checkpoints were written (trainer.ckpt_interval=0)")
-        logger.message(f"rlfw: training stopped after step {logger.last_step} ({type(exc).__name__}: {exc}); {hint}")
-        raise
+        cause = stop_cause(exc)  # a Ctrl-C or SIGTERM that a library swallowed, then failed on (rlfw.signals)
+        logger.message(f"rlfw: training stopped after step {logger.last_step} ({describe_stop(cause, exc)}); {hint}")
+        if cause is exc:
+            raise
+        raise cause from exc
     finally:
         logger.close()
     if cfg.trainer.eval_interval:

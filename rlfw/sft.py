@@ -28,7 +28,7 @@ from rlfw.rollout.agent_loop import LoopLimits
 from rlfw.rollout.demos import DemoSampler, to_segment
 from rlfw.rollout.types import Segment
 from rlfw.schedule import lr_factor, lr_factor_by_time
-from rlfw.signals import raise_if_signalled, sigterm_raises
+from rlfw.signals import describe_stop, raise_if_signalled, sigterm_raises, stop_cause
 
 register_configs()
 
@@ -150,10 +150,13 @@ def run_sft(cfg: SFTRunConfig, command: str | None = None) -> dict:
                 break
             logger.progress(step)
     except BaseException as exc:  # Ctrl-C, SIGTERM (see rlfw.signals) or a crash
-        logger.message(f"rlfw.sft: stopped in step {step} ({type(exc).__name__}: {exc}); SFT writes its checkpoint "
+        cause = stop_cause(exc)  # a Ctrl-C or SIGTERM that a library swallowed, then failed on (rlfw.signals)
+        logger.message(f"rlfw.sft: stopped in step {step} ({describe_stop(cause, exc)}); SFT writes its checkpoint "
                        "at its end only, so the same command starts it again")
         logger.close()
-        raise
+        if cause is exc:
+            raise
+        raise cause from exc
     final = out_dir / "checkpoint"
     save_checkpoint(model, processor, final, {"step": step, "seed": cfg.seed, "command": command, **metrics})
     logger.close()

@@ -6,7 +6,9 @@ A signal handler's exception is raised wherever the main thread happens to be, a
 it: a `__del__` method (Python prints "Exception ignored in ..." and goes on) or a library's `except
 BaseException`. So the handlers also record the signal, and the training loops call
 `raise_if_signalled()` at each step boundary: a stop that was lost ends the run one step later
-instead of never."""
+instead of never. A library that lost the exception can also fail next on the state it left half
+done (OmegaConf did, interrupted while building a config: an AttributeError); `stop_cause` names the
+signal as the stop's cause then."""
 
 from __future__ import annotations
 
@@ -80,3 +82,22 @@ def raise_if_signalled() -> None:
     `sigterm_raises` block (see the module's docstring); nothing when there was none."""
     if _signalled is not None:
         raise _signalled()
+
+
+def stop_cause(exc: BaseException) -> BaseException:
+    """What stopped the run, for an entry point's `except BaseException as exc`: `exc` itself, unless
+    a stop signal came within the `sigterm_raises` block and `exc` is not its exception (something
+    swallowed it and then failed, see the module's docstring); then the signal's exception, with
+    `exc` as its `__cause__`, to report and raise instead (so that the exit status is the signal's)."""
+    if _signalled is None or isinstance(exc, _signalled):
+        return exc
+    stop = _signalled()
+    stop.__cause__ = exc
+    return stop
+
+
+def describe_stop(cause: BaseException, exc: BaseException) -> str:
+    """`Type: message` of what stopped a run (`stop_cause(exc)`), and of the error that followed when
+    a stop signal's exception was swallowed."""
+    then = "" if cause is exc else f", then {type(exc).__name__}: {exc}"
+    return f"{type(cause).__name__}: {cause}{then}"
