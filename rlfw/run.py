@@ -61,9 +61,7 @@ def main_from_config(cfg: Config) -> dict:
                 else "no checkpoints were written (trainer.ckpt_interval=0)")
         cause = stop_cause(exc)  # a Ctrl-C or SIGTERM that a library swallowed, then failed on (rlfw.signals)
         logger.message(f"rlfw: training stopped after step {logger.last_step} ({describe_stop(cause, exc)}); {hint}")
-        if cause is exc:
-            raise
-        raise cause from exc
+        raise cause  # exc itself, or the signal's exception with exc as its __cause__
     finally:
         logger.close()
     if cfg.trainer.eval_interval:

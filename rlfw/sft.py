@@ -154,9 +154,7 @@ def run_sft(cfg: SFTRunConfig, command: str | None = None) -> dict:
         logger.message(f"rlfw.sft: stopped in step {step} ({describe_stop(cause, exc)}); SFT writes its checkpoint "
                        "at its end only, so the same command starts it again")
         logger.close()
-        if cause is exc:
-            raise
-        raise cause from exc
+        raise cause  # exc itself, or the signal's exception with exc as its __cause__
     final = out_dir / "checkpoint"
     save_checkpoint(model, processor, final, {"step": step, "seed": cfg.seed, "command": command, **metrics})
     logger.close()
