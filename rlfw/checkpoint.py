@@ -191,23 +191,40 @@ class CheckpointStore:
             raise CheckpointError(f"cannot resume from {url}: {problem}")
         return Resumed(step, path)
 
-    def check_config(self, path: str, config, allow_changes: bool) -> list[str]:
-        """Refuse to resume when keys that define the weights differ, naming them; return the other
-        differences that change how training continues (the caller reports them)."""
+    def check_config(self, path: str, config, allow_changes: bool, continuation_keys=CONTINUATION_KEYS,
+                     way_out: str = "set trainer.resume_ignore_config_changes=true to resume anyway") -> list[str]:
+        """Refuse to resume when keys that define the weights differ, naming them (`way_out`: what the
+        user can do instead of undoing the change); return the differences under `continuation_keys`,
+        which change how training continues (the caller reports them)."""
         saved = OmegaConf.to_container(OmegaConf.create(self.fs.cat(f"{path}/config.yaml").decode()), resolve=False)
         now = OmegaConf.to_container(OmegaConf.structured(config), resolve=False)
         diffs = [d for key in MEANING_KEYS for d in _diff(_get(saved, key), _get(now, key), key)]
         if diffs and not allow_changes:
             raise CheckpointError(
                 f"the config changes what checkpoint {self.url_of(path)} means: " + "; ".join(diffs)
-                + ". Undo the change, or set trainer.resume_ignore_config_changes=true to resume anyway."
+                + f". Undo the change, or {way_out}."
             )
-        return diffs + [d for key in CONTINUATION_KEYS for d in _diff(_get(saved, key), _get(now, key), key)]
+        return diffs + [d for key in continuation_keys for d in _diff(_get(saved, key), _get(now, key), key)]
 
     def load_trainer_state(self, path: str) -> dict:
         state = json.loads(self.fs.cat(f"{path}/trainer_state.json"))
         set_driver_rng_state(state["rng"])
         return state
+
+
+def load_resumed(store: CheckpointStore, found: Resumed, config, policy, logger, allow_changes: bool = False,
+                 **check) -> dict:
+    """Load checkpoint `found` into `policy` (its `load_checkpoint`) and the driver's RNG, after
+    `store.check_config` (`check`: its keyword arguments) has refused a change to what the weights
+    mean or returned the changes to report; drop the metrics `logger` holds after its step (they are
+    logged again); return its trainer state."""
+    for change in store.check_config(found.path, config, allow_changes, **check):
+        logger.message(f"warning: resuming with a changed setting: {change}")
+    policy.load_checkpoint(store.url_of(f"{found.path}/{POLICY_STATE}"), store.storage_options)
+    state = store.load_trainer_state(found.path)
+    logger.truncate_after(found.step)
+    logger.message(f"resumed from {store.url_of(found.path)} (step {found.step})")
+    return state
 
 
 class ExportStore:

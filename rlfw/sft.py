@@ -6,22 +6,28 @@ step's feedback), followed by the oracle's action and `<|im_end|>`; only those t
 loss. Demonstrations come from fresh training mazes (seeds in `envs.eval_sets.TRAIN_SEEDS`), never
 an evaluation maze (`rlfw.build.training_filter`). Evaluation is greedy pass@1 on held-out mazes
 and on `eval64`, through the same `rlfw.evaluate` as RL. The result is a Hugging Face style folder
-(model, tokenizer, image processor) that `model.path=` accepts.
+(model, tokenizer, image processor) that `model.path=` accepts. The run's state is saved every
+sft.ckpt_interval steps, so a killed run continues where it was (sft.resume_mode=latest).
 
     python -m rlfw.sft                                   # to convergence (sft.steps)
     python -m rlfw.sft sft.stop_at_pass_at_1=0.45        # an early checkpoint for GRPO to refine
+    python -m rlfw.sft sft.output_dir=<dir> sft.resume_mode=latest   # continue a killed run
 """
 
 from __future__ import annotations
 
+import json
+import shutil
 import time
+from dataclasses import fields
 from pathlib import Path
 
 import hydra
 import torch
 from omegaconf import DictConfig, OmegaConf
 
-from rlfw.config import Config, SFTRunConfig, register_configs, rl_start_model, sft_stage_config
+from rlfw.checkpoint import CheckpointStore, load_resumed
+from rlfw.config import Config, SFTConfig, SFTRunConfig, register_configs, rl_start_model, sft_stage_config
 from rlfw.validation import validate_sft
 from rlfw.models.processing import PolicyProcessor
 from rlfw.rollout.agent_loop import LoopLimits
@@ -29,8 +35,14 @@ from rlfw.rollout.demos import DemoSampler, to_segment
 from rlfw.rollout.types import Segment
 from rlfw.schedule import lr_factor, lr_factor_by_time
 from rlfw.signals import describe_stop, raise_if_signalled, sigterm_raises, stop_cause
+from rlfw.storage import load_state, save_state
 
 register_configs()
+
+TRAIN_STATE = "train_state"  # the resumable state under output_dir (SFTConfig.ckpt_interval)
+# What a resumed run reports when it differs from the state it continues (the model's keys are refused).
+CONTINUATION_KEYS = ("env", "seed", *(f"sft.{f.name}" for f in fields(SFTConfig)
+                                      if f.name not in ("ckpt_interval", "resume_mode", "output_dir", "torch_threads")))
 
 
 def sft_loss(model, processor: PolicyProcessor, segments: list[Segment], autocast: str | None = None):
@@ -50,9 +62,42 @@ def save_checkpoint(model, processor: PolicyProcessor, path: Path, info: dict) -
     save_model_folder(model, processor, path, "rlfw_sft.json", info)
 
 
-def run_sft(cfg: SFTRunConfig, command: str | None = None) -> dict:
+class _Resumable:
+    """What CheckpointStore saves of an SFT run as its policy state (the driver's RNG, the step, the
+    wall time so far and the last evaluation's metrics go into its trainer state): the weights, AdamW,
+    the LR schedule and the demonstration stream's position."""
+
+    def __init__(self, **parts):
+        self.parts = parts  # each with state_dict() and load_state_dict()
+
+    def save_checkpoint(self, url: str, storage_options: dict) -> dict:
+        return save_state(url, {name: part.state_dict() for name, part in self.parts.items()}, storage_options)
+
+    def load_checkpoint(self, url: str, storage_options: dict) -> None:
+        state = load_state(url, storage_options)
+        for name, part in self.parts.items():
+            part.load_state_dict(state[name])
+
+
+def _resume(cfg: SFTRunConfig, store: CheckpointStore, resumable: _Resumable, logger) -> tuple[int, dict]:
+    """With sft.resume_mode=latest, load the newest valid state under train_state/; the step to
+    continue after (0: fresh) and its trainer state ({} when fresh)."""
+    if cfg.sft.resume_mode == "none":
+        return 0, {}
+    found = store.find_resume(logger.message)
+    if found is None:
+        logger.message(f"sft.resume_mode=latest: no saved state under {store.url}; starting fresh")
+        logger.truncate_after(-1)  # whatever an earlier attempt logged here is not part of this run
+        return 0, {}
+    return found.step, load_resumed(store, found, cfg, resumable, logger, continuation_keys=CONTINUATION_KEYS,
+                                    way_out="set sft.resume_mode=none to start over")
+
+
+def run_sft(cfg: SFTRunConfig, command: str | None = None, resume_args: str | None = None) -> dict:
     """Fine-tune, evaluate every sft.eval_interval steps, write the checkpoint; return the last metrics.
-    `command`: what the checkpoint records as its command (default: this process's rlfw.sft one)."""
+    `command`: what the checkpoint records as its command (default: this process's rlfw.sft one);
+    `resume_args`: what a stopped run tells the user to rerun with (default: sft.output_dir and
+    sft.resume_mode=latest)."""
     from rlfw.config_io import save_run_config
     from rlfw.build import (build_policy_model, eval_tasks, make_env_fn, prepare_base_model, seed_everything,
                             training_filter)
@@ -65,6 +110,10 @@ def run_sft(cfg: SFTRunConfig, command: str | None = None) -> dict:
     s = cfg.sft
     torch.set_num_threads(s.torch_threads)
     out_dir = Path(s.output_dir)
+    final = out_dir / "checkpoint"
+    if s.resume_mode == "latest" and final.exists():  # written whole or not at all: a finished run
+        print(f"rlfw.sft: {final} is already written; nothing to resume", flush=True)
+        return {k: v for k, v in json.loads((final / "rlfw_sft.json").read_text()).items() if k.startswith("eval/")}
     out_dir.mkdir(parents=True, exist_ok=True)
     save_run_config(cfg, out_dir)
     seed_everything(cfg.seed)
@@ -117,12 +166,18 @@ def run_sft(cfg: SFTRunConfig, command: str | None = None) -> dict:
                        f"({metrics['timing/elapsed_min']:.1f} min)")
         return metrics
 
+    store = CheckpointStore(str(out_dir / TRAIN_STATE))
+    resumable = _Resumable(model=model, optimizer=optimizer, scheduler=scheduler, sampler=sampler)
+    start, saved = _resume(cfg, store, resumable, logger)
+    started = time.perf_counter() - 60 * saved.get("elapsed_min", 0.0)  # the time budget runs on across resumes
+    resume_args = resume_args or f"sft.output_dir={out_dir.resolve()} sft.resume_mode=latest"
     model.train()
-    metrics: dict = {}
-    step = 0
+    metrics: dict = saved.get("metrics", {})
+    step = start
+    logger.progress(start)
     t_log, n_states = time.perf_counter(), 0
     try:
-        for step in range(1, s.steps + 1):
+        for step in range(start + 1, s.steps + 1):
             raise_if_signalled()  # a Ctrl-C or SIGTERM whose exception something swallowed (see rlfw.signals)
             segments = [to_segment(processor, *state) for state in sampler.sample(s.batch_size)]
             loss, logp, mask = sft_loss(model, processor, segments, autocast)
@@ -148,15 +203,20 @@ def run_sft(cfg: SFTRunConfig, command: str | None = None) -> dict:
                     break
             if out_of_time:
                 break
+            if s.ckpt_interval and step % s.ckpt_interval == 0 and step < s.steps:  # the final checkpoint follows
+                t0 = time.perf_counter()
+                store.save(step, resumable, cfg, 1, (time.perf_counter() - started) / 60, {"metrics": metrics})
+                logger.log(step, {"timing/checkpoint": time.perf_counter() - t0})
             logger.progress(step)
     except BaseException as exc:  # Ctrl-C, SIGTERM (see rlfw.signals) or a crash
         cause = stop_cause(exc)  # a Ctrl-C or SIGTERM that a library swallowed, then failed on (rlfw.signals)
-        logger.message(f"rlfw.sft: stopped in step {step} ({describe_stop(cause, exc)}); SFT writes its checkpoint "
-                       "at its end only, so the same command starts it again")
+        hint = (f"rerun with {resume_args} to continue from its last saved state (every {s.ckpt_interval} steps)"
+                if s.ckpt_interval else "no state is saved (sft.ckpt_interval=0), so the same command starts it again")
+        logger.message(f"rlfw.sft: stopped in step {step} ({describe_stop(cause, exc)}); {hint}")
         logger.close()
         raise cause  # exc itself, or the signal's exception with exc as its __cause__
-    final = out_dir / "checkpoint"
     save_checkpoint(model, processor, final, {"step": step, "seed": cfg.seed, "command": command, **metrics})
+    shutil.rmtree(out_dir / TRAIN_STATE, ignore_errors=True)  # the finished run's checkpoint replaces it
     logger.close()
     print(f"rlfw.sft: checkpoint in {final.resolve()} (use model.path={final.resolve()})", flush=True)
     return metrics
@@ -165,7 +225,8 @@ def run_sft(cfg: SFTRunConfig, command: str | None = None) -> dict:
 def run_sft_stage(cfg: Config) -> str:
     """Run `cfg.sft_stage` (see Config.sft_stage) and return its checkpoint folder, the model.path RL
     starts from. A finished stage (its checkpoint folder, written whole or not at all) is reused, so
-    a resubmitted job goes straight back to RL; an interrupted one starts the stage again."""
+    a resubmitted job goes straight back to RL; an interrupted one continues from its last saved state
+    when the run resumes (trainer.resume_mode), else starts the stage again."""
     stage = sft_stage_config(cfg)
     final = Path(rl_start_model(cfg))
     if final.exists():
@@ -173,7 +234,8 @@ def run_sft_stage(cfg: Config) -> str:
     else:
         size = f"{stage.sft.max_minutes} min" if stage.sft.schedule == "minutes" else f"{stage.sft.steps} steps"
         print(f"rlfw: SFT stage ({size}) in {stage.sft.output_dir}, then RL", flush=True)
-        run_sft(stage, command="python -m rlfw.run " + " ".join(_overrides()) + "  # its SFT stage")
+        run_sft(stage, command="python -m rlfw.run " + " ".join(_overrides()) + "  # its SFT stage",
+                resume_args=f"trainer.output_dir={cfg.trainer.output_dir} trainer.resume_mode=latest")
     return str(final.resolve())
 
 

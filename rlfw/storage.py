@@ -39,6 +39,30 @@ def write_file(fs, path: str, data: bytes) -> dict:
     return {"size": len(data), "sha256": hashlib.sha256(data).hexdigest()}
 
 
+def save_state(url: str, state: dict, storage_options: dict | None = None) -> dict:
+    """`torch.save` a state dict to `url` (any fsspec URL), durably; return its manifest entry."""
+    import io
+
+    import fsspec
+    import torch
+
+    buf = io.BytesIO()
+    torch.save(state, buf)
+    fs, path = fsspec.core.url_to_fs(url, **dict(storage_options or {}))
+    return write_file(fs, path, buf.getvalue())
+
+
+def load_state(url: str, storage_options: dict | None = None) -> dict:
+    """What `save_state` wrote, on the CPU (tensors and plain values only: `weights_only`)."""
+    import io
+
+    import fsspec
+    import torch
+
+    with fsspec.open(url, "rb", **dict(storage_options or {})) as f:
+        return torch.load(io.BytesIO(f.read()), map_location="cpu", weights_only=True)
+
+
 def atomic_write(fs, path: str, data: bytes) -> dict:
     """Replace the file at `path` with `data` in one step (a rename locally; one PUT on object stores)."""
     head, tail = path.rsplit("/", 1) if "/" in path else ("", path)

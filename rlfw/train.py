@@ -176,13 +176,7 @@ def resume(cfg: Config, store: checkpoint.CheckpointStore, policy, logger) -> tu
         logger.message(f"resume_mode=latest: no valid checkpoint under {t.ckpt_path}; starting fresh")
         logger.truncate_after(-1)  # whatever an earlier attempt logged here is not part of this run
         return 0, {}
-    for change in store.check_config(found.path, cfg, t.resume_ignore_config_changes):
-        logger.message(f"warning: resuming with a changed setting: {change}")
-    policy.load_checkpoint(store.url_of(f"{found.path}/{checkpoint.POLICY_STATE}"), store.storage_options)
-    state = store.load_trainer_state(found.path)
-    logger.truncate_after(found.step)
-    logger.message(f"resumed from {store.url_of(found.path)} (step {found.step})")
-    return found.step, state
+    return found.step, checkpoint.load_resumed(store, found, cfg, policy, logger, t.resume_ignore_config_changes)
 
 
 def train(cfg: Config, out_dir: Path, model_path: str, policy, engine, logger) -> dict:

@@ -298,6 +298,9 @@ def validate_sft(cfg: SFTRunConfig) -> None:
     if s.max_minutes is not None and s.max_minutes <= 0:
         errs.append(f"sft.max_minutes={s.max_minutes} must be > 0 (or null for no time limit)")
     errs += _choice(s.schedule, ["steps", "minutes"], "sft.schedule")
+    errs += _choice(s.resume_mode, ["none", "latest"], "sft.resume_mode")
+    if s.ckpt_interval < 0:
+        errs.append(f"sft.ckpt_interval={s.ckpt_interval} must be >= 0 (0: no resumable state)")
     if s.schedule == "minutes" and s.max_minutes is None:
         errs.append("sft.schedule=minutes spans sft.max_minutes; set it (e.g. sft.max_minutes=30)")
     if errs:

@@ -76,27 +76,15 @@ class PolicyWorker:
     def save_checkpoint(self, url: str, storage_options: dict) -> dict | None:
         """Write the trainer state to `url` (any fsspec URL); return its manifest entry (rank 0 writes
         the gathered state; the other ranks take part in the gather and return None)."""
-        import io
-
-        import fsspec
-
-        from rlfw.storage import write_file
+        from rlfw.storage import save_state
 
         state = self.trainer.state_dict()
-        if not self.trainer.ranks.is_main:
-            return None
-        buf = io.BytesIO()
-        torch.save(state, buf)
-        fs, path = fsspec.core.url_to_fs(url, **storage_options)
-        return write_file(fs, path, buf.getvalue())
+        return save_state(url, state, storage_options) if self.trainer.ranks.is_main else None
 
     def load_checkpoint(self, url: str, storage_options: dict) -> None:
-        import io
+        from rlfw.storage import load_state
 
-        import fsspec
-
-        with fsspec.open(url, "rb", **storage_options) as f:
-            self.trainer.load_state_dict(torch.load(io.BytesIO(f.read()), map_location="cpu", weights_only=True))
+        self.trainer.load_state_dict(load_state(url, storage_options))
 
     def export_pretrained(self, url: str, storage_options: dict) -> None:
         self.trainer.export_pretrained(url, storage_options)

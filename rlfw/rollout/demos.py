@@ -34,6 +34,14 @@ class DemoSampler:
         self.junction_fraction = junction_fraction
         self.n_moves = len(self.env.unwrapped.action_strings) - 1  # the last action is stop
 
+    def state_dict(self) -> dict:
+        """The stream's position: every state is drawn from a maze the generator picks and the env
+        resets to by seed, so the generator's state is all a resumed run needs to draw the same ones."""
+        return {"rng": self.rng.bit_generator.state}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.rng.bit_generator.state = state["rng"]
+
     def _reset(self) -> tuple[int, dict, dict | None]:
         """Reset the env to a fresh training maze that is not an evaluation maze; (seed, observation,
         layout). A filter that can judge a layout (`admits`, rlfw.build.TrainingFilter's) judges the

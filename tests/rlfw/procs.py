@@ -87,3 +87,19 @@ def wait_for_step(proc: subprocess.Popen, metrics, step: int, timeout: float = 3
         assert proc.poll() is None, f"the run exited before logging step {step}"
         assert time.time() < deadline, f"the run did not log step {step} within {timeout:.0f} s"
         time.sleep(0.05)
+
+
+def kill_when(cmd: list[str], cwd, moment, timeout: float = 300.0) -> None:
+    """Start `cmd` in a session of its own and SIGKILL that whole session (the driver and whatever it
+    started, Ray included) the moment `moment()` holds; fail if it exits first or takes longer."""
+    import signal
+
+    proc = subprocess.Popen(cmd, cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            start_new_session=True)
+    deadline = time.time() + timeout
+    while not moment():
+        assert proc.poll() is None, "the run ended before the kill point"
+        assert time.time() < deadline, f"the kill point was not reached within {timeout:.0f} s"
+        time.sleep(0.005)
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()

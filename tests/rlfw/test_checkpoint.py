@@ -14,6 +14,7 @@ from safetensors.torch import load_file
 
 from rlfw import checkpoint, storage
 from rlfw.config import Config, LoraConfig, ModelConfig
+from tests.rlfw import procs
 from tests.rlfw.procs import worker_pids
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -107,15 +108,7 @@ def _run(out: Path, *extra: str, kill_when=None) -> subprocess.CompletedProcess 
         proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600)
         assert proc.returncode == 0, proc.stderr[-3000:]
         return proc
-    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                            start_new_session=True)
-    deadline = time.time() + 300
-    while not kill_when():
-        assert proc.poll() is None, "run ended before the kill point"
-        assert time.time() < deadline
-        time.sleep(0.005)
-    os.killpg(proc.pid, signal.SIGKILL)  # the driver and everything it started (Ray included)
-    proc.wait()
+    procs.kill_when(cmd, ROOT, kill_when)
     return None
 
 

@@ -93,30 +93,31 @@ def test_sigterm_stops_a_run_as_ctrl_c_does(tmp_path):
     assert status == 128 + signal.SIGTERM
 
 
-def _stop_sft(cmd: list[str], out: Path) -> None:
+def _stop_sft(cmd: list[str], out: Path, resume: str) -> None:
     """Send SIGTERM to an SFT process (no Ray) once it has logged its first step; check that it says
-    where it stopped and that the same command starts it again, and exits with 143."""
+    where it stopped and what to rerun with (`resume`) to continue, and exits with 143."""
     proc, output = _signal_when(cmd, out / "metrics.jsonl", 1, lambda proc: proc.send_signal(signal.SIGTERM))
     assert proc.returncode == 128 + signal.SIGTERM, output[-3000:]
     assert re.search(r"rlfw.sft: stopped in step \d+ \(Terminated: SIGTERM\)", output), output[-3000:]
-    assert "the same command starts it again" in output
+    assert f"rerun with {resume} to continue from its last saved state" in output, output[-3000:]
     assert not (out / "checkpoint").exists()
     assert "Terminated: SIGTERM" in (out / "run.log").read_text()  # the run's own log has it too
 
 
 def test_sigterm_in_the_sft_stage_says_so(tmp_path):
     """A preset with an SFT stage (rlfw.sft in the driver, no Ray yet) stopped by SIGTERM says the stage
-    stopped and starts again on a rerun."""
+    stopped and that the run resumed continues it."""
     out = tmp_path / "run"
     _stop_sft([sys.executable, "-m", "rlfw.run", "experiment=maze_sft_then_dagger", "sft_stage.schedule=steps",
                "sft_stage.max_minutes=null", "sft_stage.steps=100000", "sft_stage.batch_size=8", "sft_stage.compile=false",
-               "logger=console", f"trainer.output_dir={out}"], out / "sft_stage")
+               "logger=console", f"trainer.output_dir={out}"], out / "sft_stage",
+              f"trainer.output_dir={out} trainer.resume_mode=latest")
 
 
 def test_sigterm_stops_rlfw_sft(tmp_path):
     out = tmp_path / "sft"
     _stop_sft([sys.executable, "-m", "rlfw.sft", "sft.steps=100000", "sft.eval_interval=0", "sft.batch_size=8",
-               "logger=console", f"sft.output_dir={out}"], out)
+               "logger=console", f"sft.output_dir={out}"], out, f"sft.output_dir={out} sft.resume_mode=latest")
 
 
 @pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")  # the exception it ignores

@@ -12,6 +12,7 @@ import torch
 from safetensors.torch import load_file
 
 from rlfw.validation import ConfigError
+from tests.rlfw import procs
 from tests.rlfw.inprocess import compose_config
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -80,14 +81,17 @@ def _weights(folder: Path) -> dict:
     return load_file(str(next(folder.glob("*.safetensors"))))
 
 
-def _run(out: Path, *extra: str) -> subprocess.CompletedProcess:
-    cmd = [sys.executable, "-m", "rlfw.run", "experiment=maze_sft_then_dagger", "sft_stage.steps=4",
+def _cmd(out: Path, *extra: str) -> list[str]:
+    return [sys.executable, "-m", "rlfw.run", "experiment=maze_sft_then_dagger", "sft_stage.steps=4",
            "sft_stage.batch_size=8", "sft_stage.compile=false",  # a 4-step stage would only pay the compile
            "trainer.total_steps=1", "trainer.eval_interval=1", "trainer.heldout_eval_size=0",
            "env.eval_set=eval64", "trainer.ckpt_interval=1", "trainer.max_minutes=null", "trainer.schedule=steps",
            "algo.tasks_per_step=2", "algo.tasks_per_optimizer_step=2", "logger=console", f"trainer.output_dir={out}",
            *extra]
-    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=900)
+
+
+def _run(out: Path, *extra: str) -> subprocess.CompletedProcess:
+    proc = subprocess.run(_cmd(out, *extra), cwd=ROOT, capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return proc
 
@@ -110,3 +114,19 @@ def test_rl_starts_from_the_stage_checkpoint_and_a_rerun_reuses_it(tmp_path):
     proc = _run(out, "trainer.resume_mode=latest")
     assert "SFT stage already done" in proc.stdout and f"model: starting from {final}" in proc.stdout
     assert (final / "rlfw_sft.json").stat().st_mtime_ns == mtime  # not trained again
+
+
+def test_a_killed_stage_continues_when_the_run_resumes(tmp_path):
+    """SIGKILL in the stage once its state at step 2 is saved; the run resubmitted with
+    trainer.resume_mode=latest continues the stage from there (not from step 0), then runs RL."""
+    out, every = tmp_path / "run", "sft_stage.ckpt_interval=2"
+    saved = out / "sft_stage" / "train_state" / "global_step_2" / "manifest.json"
+    procs.kill_when(_cmd(out, every), ROOT, saved.exists)
+    assert not (out / "sft_stage" / "checkpoint").exists()
+    done = _run(out, every, "trainer.resume_mode=latest")
+    assert "resumed from" in done.stdout, done.stdout[-3000:]
+    assert f"{out / 'sft_stage' / 'train_state' / 'global_step_2'} (step 2)" in done.stdout
+    assert "changed setting" not in done.stdout  # only trainer.resume_mode differs, which the stage does not compare
+    assert json.loads((out / "sft_stage" / "checkpoint" / "rlfw_sft.json").read_text())["step"] == 4
+    assert not (out / "sft_stage" / "train_state").exists()
+    assert any(json.loads(line)["step"] == 1 for line in (out / "metrics.jsonl").read_text().splitlines())  # RL ran
