@@ -504,8 +504,8 @@ class SFTConfig:
     resume_mode: str = "none"
     """none: start fresh. latest: continue from the newest valid state under output_dir/train_state
     (a killed run's; bit for bit with schedule=steps), start fresh if there is none, and return at
-    once if output_dir/checkpoint is already written. A preset's SFT stage resumes when its run does
-    (trainer.resume_mode)."""
+    once if output_dir/checkpoint is already written. A preset's SFT stage resumes when its RL run
+    is resumed."""
     output_dir: str = "${hydra:runtime.output_dir}"
     """Run folder: metrics, snapshots/step_N/, train_state/ while it runs, and the final checkpoint/
     (a folder model.path= accepts)."""
