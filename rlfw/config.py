@@ -87,10 +87,11 @@ class AlgoConfig:
     they must match the trainer's, which `policy/rollout_logp_abs_diff` shows)."""
     pg_coef: float = 1.0
     """Weight of the policy-gradient term (the registered policy loss on the advantages): 1 is the
-    algorithm as published; 0 keeps the rest of the step (its own rollouts, the same forward passes
-    and cost) with the oracle term alone beside any KL and entropy terms: DAgger on the policy's
-    states, what the outcome reward's gradient adds beside it. Needs oracle_coef > 0 at 0.
-    `policy/loss` stays the unweighted term."""
+    algorithm as published; 0 keeps the rest of the step (its own rollouts) with the oracle term
+    alone beside any KL and entropy terms: DAgger on the policy's states, what the outcome reward's
+    gradient adds beside it. Needs oracle_coef > 0 at 0. `policy/loss` stays the unweighted term.
+    At 0 with entropy_coef=0, no KL term and target_kl=null nothing reads the sampled turns, so the
+    update runs no forward pass over them (no `policy/loss`), only over the oracle segments."""
     step_advantage_weight: float = 0.0
     """Weight of GiGPO's step-level advantage added to each turn's episode-level one (0 = off; GiGPO
     uses 1). Turns of a group that saw the same observation are compared by their discounted

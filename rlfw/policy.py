@@ -13,7 +13,9 @@ over all of the mini-batch's labelled turns (copies counted, one forward pass pe
 each turn weighted by its state's tag, `algo.oracle_tag_weights`),
 weighted across micro-batches and ranks like the policy term so that the split does not change it.
 With the term off there are no oracle segments and no extra forward pass. `algo.pg_coef` weighs the
-policy-gradient term (0 keeps the oracle, KL and entropy terms alone).
+policy-gradient term (0 keeps the oracle, KL and entropy terms alone). Where nothing reads the sampled
+turns' log-probs (pg_coef 0 with no entropy or KL term and no `target_kl`: DAgger alone) the update
+runs no forward pass over them, only over the oracle segments.
 
 With several training ranks (`rlfw.distributed.ranks`) each rank runs its share of every chunk of
 work, weighted by the whole mini-batch's totals, and the gradients are summed, so the update is the
@@ -125,6 +127,13 @@ class PolicyTrainer:
         decay = self.total_steps - a.warmup_steps if a.lr_schedule == "cosine" else 0
         return a.lr * lr_factor(step - 1, self.total_steps, a.warmup_steps, decay, a.min_lr_ratio)
 
+    def reads_sampled_turns(self) -> bool:
+        """Whether the update needs the sampled turns' log-probs: for the policy-gradient, entropy or KL
+        term, or for target_kl's early stop. Not with algo.pg_coef=0 and none of those (DAgger alone),
+        where a step's forward and backward passes cover its oracle segments only."""
+        a = self.algo
+        return bool(a.pg_coef or a.entropy_coef or a.use_kl_loss or a.target_kl is not None)
+
     def update(self, batch: TrainBatch, step: int, seed: int = 0, lr_progress: float | None = None) -> dict[str, float]:
         """Training step `step` (1-based): `update_epochs` passes of mini-batches over the batch's segments.
 
@@ -143,7 +152,8 @@ class PolicyTrainer:
         n_minis = max(1, len(unique_groups) // a.tasks_per_optimizer_step)
         # One optimizer step on fresh samples is exactly on-policy: the old log-probs are the current
         # ones (ratio 1, gradient = policy gradient), so skip the extra forward pass.
-        if a.update_epochs * n_minis == 1:
+        sampled = self.reads_sampled_turns()
+        if a.update_epochs * n_minis == 1 or not sampled:
             old = None
         elif a.old_logprobs == "rollout":
             old = [torch.tensor(s.logprobs[1:], dtype=torch.float32, device=self.device) for s in segments]
@@ -162,7 +172,7 @@ class PolicyTrainer:
                 chosen = set(mini_groups.tolist())
                 idx = [i for i, g in enumerate(groups) if g in chosen]
                 oracle_idx = [k for k, g in enumerate(batch.oracle_groups) if g in chosen]
-                stats = self._optimizer_step(segments, keys, advantages, old, ref, idx,
+                stats = self._optimizer_step(segments if sampled else [], keys, advantages, old, ref, idx if sampled else [],
                                              (batch.oracle, oracle_keys, oracle_idx, oracle_weights))
                 for k, v in stats.items():
                     totals.setdefault(k, []).append(v)
@@ -174,7 +184,8 @@ class PolicyTrainer:
         out = {k: float(np.mean(v)) for k, v in totals.items()}
         # the first mini-batch runs before any of this step's optimizer steps: there, trainer and
         # engine log-probs differ only if the engine samples from other weights (stale, mismatched)
-        out["rollout_logp_abs_diff"] = totals["rollout_logp_abs_diff"][0]
+        if sampled:
+            out["rollout_logp_abs_diff"] = totals["rollout_logp_abs_diff"][0]
         out["skipped"] = float(stopped and not totals["nonfinite"][-1])
         out["nonfinite"] = totals["nonfinite"][-1]
         out["optimizer_steps"] = self.optimizer_steps
@@ -225,7 +236,8 @@ class PolicyTrainer:
         acc = self.ranks.sum_stats(acc)
         grad_norm = self.ranks.full_tensor(torch.nn.utils.clip_grad_norm_(
             self.params, a.max_grad_norm if a.max_grad_norm > 0 else float("inf")))
-        acc["nonfinite"] = float(not (math.isfinite(acc["loss"]) and math.isfinite(float(grad_norm))))
+        acc["nonfinite"] = float(not (math.isfinite(acc.get("loss", 0.0)) and math.isfinite(acc.get("oracle_loss", 0.0))
+                                      and math.isfinite(float(grad_norm))))
         # PPO's early stop: the policy already drifted this far from the one that sampled the data
         acc["skipped"] = float(a.target_kl is not None and acc.get("approx_kl", 0.0) > a.target_kl)
         if not (acc["skipped"] or acc["nonfinite"]):

@@ -261,9 +261,10 @@ def train(cfg: Config, out_dir: Path, model_path: str, policy, engine, logger) -
             batch = train_batch(episodes, adv, cfg.algo, processor, fresh)
             stats = policy.update(batch, step, seed=step_seed(cfg.seed, step, 99), lr_progress=progress)
             engine.wake_up()
-            if stats["nonfinite"] or not np.isfinite(stats["loss"]):  # before anything is published
+            if stats["nonfinite"] or not np.isfinite(stats.get("loss", 0.0)):  # before anything is published
                 raise FloatingPointError(
-                    f"step {step}: the policy loss or its gradient is not finite (loss {stats['loss']}, grad norm "
+                    f"step {step}: the policy loss or its gradient is not finite (loss {stats.get('loss')}, "
+                    f"oracle loss {stats.get('oracle_loss')}, grad norm "
                     f"{stats['grad_norm']}); nothing of this step was published. Lower algo.lr or algo.max_grad_norm, "
                     "or resume from an earlier checkpoint")
             t1 = time.perf_counter()

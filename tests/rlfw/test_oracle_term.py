@@ -191,6 +191,38 @@ def test_the_policy_gradient_weight_scales_its_term_and_off_leaves_the_oracle_te
     assert any(float((oracle_only[n] - both[n]).abs().max()) > 1e-4 for n in pg)
 
 
+def test_dagger_alone_forwards_the_oracle_segments_only(setup):
+    """algo.pg_coef=0 with no entropy or KL term and target_kl=null reads nothing of the sampled
+    turns: the update forwards its oracle segments alone (no old log-probs either, over three
+    mini-batches) and moves the weights as the same update that also forwards the sampled turns
+    (a target_kl too high to stop anything) does, with SGD and no clipping."""
+    path, processor, _, episodes = setup
+    advantages = torch.tensor([(-1.0) ** i * (1 + i % 3) for i in range(len(episodes))])
+    moves, forwarded = {}, {}
+    for name, target_kl in [("oracle only", None), ("every turn", 1e9)]:
+        policy, cfg = _policy(path, tasks_per_optimizer_step=1, lr=0.1, max_grad_norm=0.0, oracle_states="errors",
+                              oracle_coef=1.0, pg_coef=0.0, target_kl=target_kl)
+        policy.trainer.optimizer = torch.optim.SGD(policy.trainer.params, lr=0.1)  # the step sets algo.lr
+        batch = train_batch(episodes, advantages, cfg, processor)
+        assert 0 < len(batch.oracle) < len(batch.segments)
+        seen = forwarded[name] = []
+        real_forward = policy.trainer._forward
+        policy.trainer._forward = lambda segs, *a, **k: seen.extend(segs) or real_forward(segs, *a, **k)
+        start = policy.trainable_state()
+        stats = policy.update(batch, step=1, seed=0)
+        assert stats["nonfinite"] == 0 and stats["oracle_loss"] > 0 and stats["optimizer_steps"] == 3
+        assert ("loss" in stats) == (target_kl is not None)
+        moves[name] = {k: v - start[k] for k, v in policy.trainable_state().items()}
+        oracle = {segment_key(s) for s in batch.oracle}
+        if target_kl is None:
+            assert seen and {segment_key(s) for s in seen} <= oracle
+        else:
+            assert any(segment_key(s) not in oracle for s in seen)
+    assert any(float(v.abs().max()) > 1e-4 for v in moves["oracle only"].values())
+    for name, move in moves["oracle only"].items():
+        torch.testing.assert_close(move, moves["every turn"][name], atol=1e-6, rtol=1e-4)
+
+
 def test_bad_oracle_settings_are_refused_before_anything_runs(tmp_path):
     for overrides, needle in [(["algo.oracle_coef=0.5", "env.history=full"], "need env.history=none"),
                               (["algo.oracle_states=sometimes"], "algo.oracle_states"),
